@@ -1,0 +1,327 @@
+"""Sealing packets and opening untrusted datagrams.
+
+``Sealer`` (one per connection and direction) turns bodies into datagrams
+under a fresh 48-bit counter each; ``Opener`` authenticates, checks
+freshness and decodes. ``HandshakeCodec`` does the same for INIT/ACCEPT
+under the cluster's handshake key. Every function that reads network bytes
+ends in ``_untrusted`` and raises only ``WireError``.
+
+Layout: header (common + body) | header tag | payload ciphertext | payload tag.
+- header tag = AES-GMAC(header key, nonce, aad=header): what a trimming
+  switch keeps stays authenticated on its own.
+- payload = AES-GCM(payload key, nonce, payload, aad=header+header tag):
+  an untrimmed packet is fully authenticated by this one check.
+- nonce = 0x00000000 | epoch (16 bits) | counter (48 bits), unique per key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from wire.constants import (
+    COMMON_HEADER_LEN,
+    COUNTER_MAX,
+    HEADER_TAG_LEN,
+    MAX_HEADER_WORDS,
+    PAYLOAD_TAG_LEN,
+    VERSION,
+    Flag,
+    NackReason,
+    PacketType,
+)
+from wire.errors import WireError
+from wire.keys import NONCE_LEN, DirectionKeys, handshake_key
+from wire.packets import (
+    BODY_STRUCT,
+    COMMON,
+    DATA_BODY,
+    HEADER_WORDS,
+    Accept,
+    Body,
+    CommonHeader,
+    Data,
+    Init,
+    Nack,
+    pack_body,
+    unpack_body,
+)
+
+_NONCE: Final = struct.Struct("!IHHI")
+_ZERO_TAG: Final = bytes(HEADER_TAG_LEN)
+_DATA_WORDS: Final = HEADER_WORDS[PacketType.DATA]
+_DATA_HLEN: Final = _DATA_WORDS * 4
+_TYPES: Final = {int(t): t for t in PacketType}
+_HANDSHAKE_TYPES: Final = frozenset({PacketType.INIT, PacketType.ACCEPT})
+_NACK_REASONS: Final = frozenset(int(r) for r in NackReason)
+DEFAULT_REPLAY_WINDOW: Final = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class Packet:
+    """An authenticated, fresh, decoded packet.
+
+    ``payload`` is None when a switch trimmed it (``trimmed`` is then True);
+    the header was still authenticated by its own tag.
+    """
+
+    header: CommonHeader
+    body: Body
+    payload: bytes | None
+    trimmed: bool
+
+
+def peek_untrusted(data: bytes) -> CommonHeader:
+    """Parse and sanity-check the common header only (for demultiplexing).
+
+    Nothing is authenticated yet: use the result only to find the keys.
+    """
+    if len(data) < COMMON_HEADER_LEN + HEADER_TAG_LEN:
+        raise WireError("short", f"{len(data)} bytes")
+    ver, ptype_raw, flags, words, dcid, epoch, hi, lo = COMMON.unpack_from(data, 0)
+    if ver != VERSION:
+        raise WireError("version", f"version {ver}")
+    ptype = _TYPES.get(ptype_raw)
+    if ptype is None:
+        raise WireError("type", f"type {ptype_raw}")
+    if words < HEADER_WORDS[ptype] or words > MAX_HEADER_WORDS:
+        raise WireError("header_len", f"{words} words for {ptype.name}")
+    if len(data) < words * 4 + HEADER_TAG_LEN:
+        raise WireError("short", f"{len(data)} bytes, header needs {words * 4 + HEADER_TAG_LEN}")
+    return CommonHeader(ver, ptype, flags, words, dcid, epoch, (hi << 32) | lo)
+
+
+def _check_body(body: Body) -> None:
+    if isinstance(body, Data):
+        if body.msg_offset > body.msg_len or body.payload_len > body.msg_len - body.msg_offset:
+            raise WireError("field", "DATA slice lies outside its message")
+    elif isinstance(body, Nack) and body.reason not in _NACK_REASONS:
+        raise WireError("field", f"unknown NACK reason {body.reason}")
+
+
+class ReplayWindow:
+    """Sliding window over 48-bit counters (RFC 4303's idea, slot per counter).
+
+    Slot ``c % size`` remembers the counter stored there; inside the window
+    only ``c`` itself maps to that slot, so no bitmap shifting is needed.
+    The window must exceed the reordering that spraying causes, hence the
+    generous default.
+    """
+
+    __slots__ = ("_slots", "highest", "size")
+
+    def __init__(self, size: int = DEFAULT_REPLAY_WINDOW) -> None:
+        self.size = size
+        self._slots = [-1] * size
+        self.highest = -1
+
+    def check(self, counter: int) -> None:
+        if counter > self.highest:
+            return
+        if self.highest - counter >= self.size:
+            raise WireError("replay", f"counter {counter} is older than the window")
+        if self._slots[counter % self.size] == counter:
+            raise WireError("replay", f"counter {counter} seen before")
+
+    def commit(self, counter: int) -> None:
+        self._slots[counter % self.size] = counter
+        if counter > self.highest:
+            self.highest = counter
+
+
+class Sealer:
+    """Encodes and protects packets for one direction of one connection.
+
+    ``keys=None`` is the insecure plaintext mode: nothing is encrypted or
+    authenticated and every packet says so in its flags. Every call uses a
+    fresh counter, so a retransmission is sealed anew.
+    """
+
+    __slots__ = ("_hdr", "_pay", "counter", "dcid", "epoch", "plaintext")
+
+    def __init__(self, keys: DirectionKeys | None, *, dcid: int, epoch: int = 0) -> None:
+        self.dcid = dcid
+        self.epoch = epoch
+        self.counter = 0
+        self.plaintext = keys is None
+        self._hdr = None if keys is None else AESGCM(keys.header)
+        self._pay = None if keys is None else AESGCM(keys.payload)
+
+    def _next_counter(self) -> int:
+        c = self.counter
+        if c > COUNTER_MAX:
+            raise OverflowError("packet counter exhausted: the connection must be re-keyed")
+        self.counter = c + 1
+        return c
+
+    def seal(self, body: Body, payload: bytes = b"", flags: int = 0) -> bytes:
+        """One datagram for ``body`` (and ``payload`` for DATA)."""
+        if isinstance(body, Data):
+            return self.seal_data(
+                psn=body.psn, ev=body.ev, plane=body.plane, msg_id=body.msg_id,
+                msg_offset=body.msg_offset, msg_len=body.msg_len, timestamp=body.timestamp,
+                payload=payload, flags=flags,
+            )
+        if payload:
+            raise ValueError("only DATA carries a payload")
+        if body.TYPE in _HANDSHAKE_TYPES:
+            raise ValueError("INIT/ACCEPT are sealed by HandshakeCodec")
+        c = self._next_counter()
+        flags |= Flag.PLAINTEXT if self.plaintext else 0
+        words = HEADER_WORDS[body.TYPE]
+        header = COMMON.pack(
+            VERSION, body.TYPE, flags, words, self.dcid, self.epoch, c >> 32, c & 0xFFFFFFFF
+        ) + pack_body(body)
+        if self._hdr is None:
+            return header + _ZERO_TAG
+        nonce = _NONCE.pack(0, self.epoch, c >> 32, c & 0xFFFFFFFF)
+        return header + self._hdr.encrypt(nonce, b"", header)
+
+    def seal_data(
+        self, *, psn: int, ev: int, plane: int, msg_id: int, msg_offset: int, msg_len: int,
+        timestamp: int, payload: bytes, flags: int = 0,
+    ) -> bytes:
+        """The hot path: a DATA datagram without building a ``Data`` object."""
+        c = self._next_counter()
+        hi, lo = c >> 32, c & 0xFFFFFFFF
+        header = bytearray(_DATA_HLEN)
+        flags |= Flag.PLAINTEXT if self.plaintext else 0
+        COMMON.pack_into(header, 0, VERSION, 3, flags, _DATA_WORDS, self.dcid, self.epoch, hi, lo)
+        DATA_BODY.pack_into(
+            header, COMMON_HEADER_LEN, psn, ev, plane, 0, len(payload), msg_id, msg_offset,
+            msg_len, timestamp,
+        )
+        if self._hdr is None or self._pay is None:
+            return bytes(header) + _ZERO_TAG + payload
+        nonce = _NONCE.pack(0, self.epoch, hi, lo)
+        header += self._hdr.encrypt(nonce, b"", header)
+        return bytes(header) + self._pay.encrypt(nonce, payload, header)
+
+
+class Opener:
+    """Authenticates, checks freshness and decodes one direction's datagrams."""
+
+    __slots__ = ("_hdr", "_pay", "epoch", "plaintext", "replay")
+
+    def __init__(
+        self, keys: DirectionKeys | None, *, epoch: int = 0,
+        replay_window: int = DEFAULT_REPLAY_WINDOW,
+    ) -> None:
+        self.epoch = epoch
+        self.plaintext = keys is None
+        self._hdr = None if keys is None else AESGCM(keys.header)
+        self._pay = None if keys is None else AESGCM(keys.payload)
+        self.replay = ReplayWindow(replay_window)
+
+    def open_untrusted(self, data: bytes, header: CommonHeader | None = None) -> Packet:
+        """Decode ``data``; raises only ``WireError``.
+
+        ``header`` may be the result of an earlier ``peek_untrusted(data)``.
+        A DATA datagram that ends right after its header tag was trimmed by
+        a switch: it is accepted on the strength of its header tag alone.
+        """
+        h = header if header is not None else peek_untrusted(data)
+        if h.ptype in _HANDSHAKE_TYPES:
+            raise WireError("type", f"{h.ptype.name} outside the handshake")
+        if h.epoch != self.epoch:
+            raise WireError("epoch", f"key epoch {h.epoch}, expected {self.epoch}")
+        if bool(h.flags & Flag.PLAINTEXT) != self.plaintext:
+            raise WireError(
+                "plaintext",
+                "plaintext packet on an encrypted connection" if not self.plaintext
+                else "encrypted packet on a plaintext connection",
+            )
+        self.replay.check(h.counter)
+        cut = h.header_len + HEADER_TAG_LEN
+        body = unpack_body(h.ptype, data, COMMON_HEADER_LEN)
+        payload: bytes | None = None
+        trimmed = False
+        if isinstance(body, Data):
+            extra = len(data) - cut
+            expect = body.payload_len + (0 if self._pay is None else PAYLOAD_TAG_LEN)
+            if extra == 0 and expect > 0:
+                trimmed = True
+            elif extra != expect:
+                raise WireError(
+                    "payload_len", f"{extra} payload bytes, header says {body.payload_len}"
+                )
+        elif len(data) != cut:
+            raise WireError("payload_len", f"{len(data) - cut} trailing bytes on {h.ptype.name}")
+        if self._hdr is not None and self._pay is not None:
+            nonce = _NONCE.pack(0, h.epoch, h.counter >> 32, h.counter & 0xFFFFFFFF)
+            try:
+                if isinstance(body, Data) and not trimmed:
+                    # One AEAD check covers header, header tag and payload.
+                    payload = self._pay.decrypt(nonce, data[cut:], data[:cut])
+                else:
+                    self._hdr.decrypt(nonce, data[h.header_len:cut], data[: h.header_len])
+            except InvalidTag:
+                raise WireError("tag", f"{h.ptype.name} failed authentication") from None
+        elif isinstance(body, Data) and not trimmed:
+            payload = data[cut:]
+        _check_body(body)
+        self.replay.commit(h.counter)
+        return Packet(h, body, payload, trimmed)
+
+
+class HandshakeCodec:
+    """INIT and ACCEPT under the cluster handshake key (HMAC-SHA256/128).
+
+    ``secret=None`` is the insecure plaintext mode.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, secret: bytes | None) -> None:
+        self._key = None if secret is None else handshake_key(secret)
+
+    @property
+    def plaintext(self) -> bool:
+        return self._key is None
+
+    def _tag(self, header: bytes) -> bytes:
+        assert self._key is not None
+        return hmac.digest(self._key, header, hashlib.sha256)[:HEADER_TAG_LEN]
+
+    def seal(self, body: Init | Accept, *, dcid: int, flags: int = 0) -> bytes:
+        if len(body.nonce) != NONCE_LEN or (
+            isinstance(body, Accept) and len(body.echo_nonce) != NONCE_LEN
+        ):
+            raise ValueError("handshake nonces are 16 bytes")
+        flags |= Flag.PLAINTEXT if self._key is None else 0
+        words = HEADER_WORDS[body.TYPE]
+        header = COMMON.pack(VERSION, body.TYPE, flags, words, dcid, 0, 0, 0) + pack_body(body)
+        return header + (_ZERO_TAG if self._key is None else self._tag(header))
+
+    def open_untrusted(self, data: bytes, header: CommonHeader | None = None) -> Packet:
+        h = header if header is not None else peek_untrusted(data)
+        if h.ptype not in _HANDSHAKE_TYPES:
+            raise WireError("type", f"{h.ptype.name} is not a handshake packet")
+        cut = h.header_len + HEADER_TAG_LEN
+        if len(data) != cut:
+            raise WireError("payload_len", f"{len(data) - cut} trailing bytes on {h.ptype.name}")
+        if bool(h.flags & Flag.PLAINTEXT) != (self._key is None):
+            raise WireError("plaintext", "handshake security mode does not match")
+        if self._key is not None and not hmac.compare_digest(
+            self._tag(data[: h.header_len]), data[h.header_len:cut]
+        ):
+            raise WireError("tag", f"{h.ptype.name} failed authentication")
+        body = unpack_body(h.ptype, data, COMMON_HEADER_LEN)
+        return Packet(h, body, None, False)
+
+
+__all__ = [
+    "BODY_STRUCT",
+    "HandshakeCodec",
+    "Opener",
+    "Packet",
+    "ReplayWindow",
+    "Sealer",
+    "peek_untrusted",
+]
