@@ -1,0 +1,22 @@
+"""Per-connection congestion control: pure, sans-I/O, clock-free.
+
+``congestion.get("nscc", mtu=..., base_rtt=..., line_rate=...)`` returns a
+controller the connection core drives with ``AckSample`` records.
+"""
+
+from congestion.base import AckSample, CongestionController, Pacer
+from congestion.fixed import FixedWindow
+from congestion.nscc import Nscc
+from congestion.registry import DEFAULT, get, names, register
+
+__all__ = [
+    "DEFAULT",
+    "AckSample",
+    "CongestionController",
+    "FixedWindow",
+    "Nscc",
+    "Pacer",
+    "get",
+    "names",
+    "register",
+]

@@ -1,0 +1,104 @@
+"""The interface between the connection core and a congestion controller.
+
+The core is sans-I/O, so a controller never reads a clock: every call carries
+``now`` (seconds, the caller's clock). Sizes are bytes, rates bytes/second.
+Controllers are looked up by name (``congestion.get("nscc")``) so scenarios
+and benchmarks can swap them without touching the core.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AckSample:
+    """One SACK's worth of feedback, as the core saw it.
+
+    ``rtt`` is None when the SACK cannot be matched to one send time (e.g. it
+    only acknowledges retransmitted data: Karn's rule). ``ev``/``plane`` name
+    the path the acked packet took; multipath estimators need them because
+    feedback from different paths is not one RTT process. ``in_flight`` is the
+    bytes outstanding when the SACK arrived, before removing ``acked_bytes``.
+    """
+
+    now: float
+    acked_bytes: int
+    rtt: float | None
+    ecn: bool
+    ev: int
+    plane: int
+    in_flight: int
+
+
+@runtime_checkable
+class CongestionController(Protocol):
+    """What the connection core calls. All methods are keyword-only."""
+
+    @property
+    def cwnd(self) -> int:
+        """Congestion window, bytes."""
+        ...
+
+    def on_ack(self, sample: AckSample) -> None: ...
+
+    def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool) -> None:
+        """A trim NACK: the switch told us exactly how much it could not carry."""
+        ...
+
+    def on_loss(self, *, now: float, lost_bytes: int) -> None: ...
+
+    def on_timeout(self, *, now: float) -> None: ...
+
+    def can_send(self, *, in_flight: int, size: int) -> bool: ...
+
+    def next_send_time(self, *, now: float, size: int) -> float:
+        """Earliest time (seconds, caller's clock) a packet of ``size`` may leave."""
+        ...
+
+    def on_sent(self, *, now: float, size: int) -> None: ...
+
+    def stats(self) -> dict[str, float]: ...
+
+
+class Pacer:
+    """Token bucket in virtual time: rate in bytes/s, burst in bytes.
+
+    A sender that releases a whole window at once builds a queue at its first
+    switch even when the window is right; pacing spreads the window over the
+    RTT. The bucket allows a bounded burst so a sender that was idle does not
+    pay a full spacing delay on its first packet. Tokens may go negative (a
+    packet larger than what is left is still sent once tokens are
+    non-negative), which keeps the long-run rate exact for any packet size.
+    """
+
+    __slots__ = ("_last", "_tokens", "burst", "rate")
+
+    def __init__(self, *, rate: float, burst: int) -> None:
+        if burst <= 0:
+            raise ValueError("pacing burst must be positive")
+        self.rate = rate
+        self.burst = burst
+        self._tokens = float(burst)
+        self._last = -math.inf
+
+    def _tokens_at(self, now: float) -> float:
+        if self._last == -math.inf:
+            return float(self.burst)
+        if self.rate <= 0 or math.isinf(self.rate):
+            return float(self.burst)
+        return min(float(self.burst), self._tokens + (now - self._last) * self.rate)
+
+    def next_send_time(self, *, now: float, size: int) -> float:
+        if self.rate <= 0 or math.isinf(self.rate):
+            return now
+        tokens = self._tokens_at(now)
+        if tokens >= 0:
+            return now
+        return now + (-tokens) / self.rate
+
+    def on_sent(self, *, now: float, size: int) -> None:
+        self._tokens = self._tokens_at(now) - size
+        self._last = now
