@@ -69,9 +69,9 @@ class Pacer:
     A sender that releases a whole window at once builds a queue at its first
     switch even when the window is right; pacing spreads the window over the
     RTT. The bucket allows a bounded burst so a sender that was idle does not
-    pay a full spacing delay on its first packet. Tokens may go negative (a
-    packet larger than what is left is still sent once tokens are
-    non-negative), which keeps the long-run rate exact for any packet size.
+    pay a full spacing delay on its first packet. A packet larger than the
+    burst waits for a full bucket and drives the tokens negative, which keeps
+    the long-run rate exact for any packet size.
     """
 
     __slots__ = ("_last", "_tokens", "burst", "rate")
@@ -94,10 +94,11 @@ class Pacer:
     def next_send_time(self, *, now: float, size: int) -> float:
         if self.rate <= 0 or math.isinf(self.rate):
             return now
+        need = min(size, self.burst)
         tokens = self._tokens_at(now)
-        if tokens >= 0:
+        if tokens >= need:
             return now
-        return now + (-tokens) / self.rate
+        return now + (need - tokens) / self.rate
 
     def on_sent(self, *, now: float, size: int) -> None:
         self._tokens = self._tokens_at(now) - size
