@@ -1,0 +1,174 @@
+"""``braid testbed ...``: bring fabrics up and down, run commands, inject faults."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from testbed.state import DEFAULT_RUN_ROOT, list_names
+from tools.errors import UserError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("testbed", help="multi-plane namespace fabrics with faults",
+                              description=__doc__)
+    sub = p.add_subparsers(dest="testbed_cmd", metavar="ACTION")
+    p.set_defaults(func=lambda a: (p.print_help(), 0)[1])
+
+    up = sub.add_parser("up", help="build a fabric from a topology TOML file")
+    up.add_argument("file")
+    up.add_argument("--name", help="testbed name (default: from the file)")
+    up.set_defaults(func=cmd_up)
+
+    dn = sub.add_parser("down", help="remove a testbed (idempotent, works after a crash)")
+    g = dn.add_mutually_exclusive_group()
+    g.add_argument("--name")
+    g.add_argument("--all", action="store_true", help="every testbed in the run directory")
+    dn.set_defaults(func=cmd_down)
+
+    st = sub.add_parser("status", help="hosts, addresses and link element counters")
+    st.add_argument("--name")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    ex = sub.add_parser("exec", help="run a command inside a host (or switch) namespace")
+    ex.add_argument("--name")
+    ex.add_argument("host", help="h0, h1, ... or a switch node such as p0-s1")
+    ex.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    ex.set_defaults(func=cmd_exec)
+
+    fa = sub.add_parser("fault", help="apply a fault now, e.g. 'plane 1 down', "
+                        "'link h3:p1 loss 5%%', 'spine s0 plane 0 reboot 500ms'")
+    fa.add_argument("--name")
+    fa.add_argument("spec", nargs="+")
+    fa.set_defaults(func=cmd_fault)
+
+    rn = sub.add_parser("run", help="replay a fault timeline, optionally against a workload")
+    rn.add_argument("--name")
+    rn.add_argument("timeline")
+    rn.add_argument("--timeout", type=float, default=600.0,
+                    help="stop the workload after this many seconds")
+    rn.add_argument("argv", nargs=argparse.REMAINDER, help="-- WORKLOAD CMD...")
+    rn.set_defaults(func=cmd_run)
+
+
+def _default_name(name: str | None) -> str:
+    if name:
+        return name
+    names = list_names(DEFAULT_RUN_ROOT)
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise UserError("no testbed is up")
+    raise UserError(f"several testbeds are up ({', '.join(names)}); pass --name")
+
+
+def cmd_up(a: argparse.Namespace) -> int:
+    from testbed.fabric import Testbed
+
+    tb = Testbed.up(a.file, name=a.name)
+    print(f"testbed {tb.name} up: {len(tb.hosts)} hosts x {len(tb.planes)} planes "
+          f"({tb.topo.kind}), run dir {tb.run_dir}")
+    print(f"  host i plane p = 10.p.i.2, e.g. h0 plane 0 = {tb.address(0, 0)}")
+    print(f"  run: braid testbed exec --name {tb.name} h0 -- CMD")
+    return 0
+
+
+def cmd_down(a: argparse.Namespace) -> int:
+    from testbed.fabric import down_by_name
+
+    names = list_names(DEFAULT_RUN_ROOT) if a.all else [_default_name(a.name)]
+    for name in names:
+        print(f"testbed {name}: {'removed' if down_by_name(name) else 'not found'}")
+    return 0
+
+
+def cmd_status(a: argparse.Namespace) -> int:
+    from testbed.fabric import Testbed
+
+    names = [a.name] if a.name else list_names(DEFAULT_RUN_ROOT)
+    if not names:
+        print("no testbed is up")
+        return 0
+    for name in names:
+        tb = Testbed.attach(name)
+        stats = tb.port_stats()
+        if a.json:
+            print(json.dumps({"name": name, "status": tb.state.data["status"],
+                              "hosts": {h: [tb.address(h, p) for p in tb.planes]
+                                        for h in tb.hosts}, "ports": stats}, indent=1))
+            continue
+        print(f"testbed {name}: {tb.state.data['status']}, {tb.topo.kind}, "
+              f"{len(tb.hosts)} hosts x {len(tb.planes)} planes, run dir {tb.run_dir}")
+        for h in tb.hosts:
+            print(f"  {h:4} ns {tb.netns(h):16} " + " ".join(
+                f"p{p}={tb.address(h, p)}" for p in tb.planes))
+        if stats:
+            print(f"  {'port':18} {'state':9} {'rx':>8} {'enq':>8} {'trim':>7} {'mark':>7} "
+                  f"{'drop':>7} {'lost':>7} {'maxdepth':>9}")
+        for port, s in stats.items():
+            state = "down" if s["down"] else ("lossy" if s["loss"] else "up")
+            print(f"  {port:18} {state:9} {s['rx']:8} {s['enqueued']:8} {s['trimmed']:7} "
+                  f"{s['marked']:7} {s['dropped']:7} {s['lost']:7} {s['max_depth']:9}")
+    return 0
+
+
+def _argv(rest: list[str]) -> list[str]:
+    return rest[1:] if rest and rest[0] == "--" else rest
+
+
+def cmd_exec(a: argparse.Namespace) -> int:
+    from testbed.fabric import Testbed
+
+    argv = _argv(a.argv)
+    if not argv:
+        raise UserError("nothing to run: braid testbed exec HOST -- CMD ...")
+    tb = Testbed.attach(_default_name(a.name))
+    try:
+        return tb.exec(a.host, argv, timeout=None).returncode
+    except FileNotFoundError:
+        raise UserError(f"command not found: {argv[0]}") from None
+
+
+def cmd_fault(a: argparse.Namespace) -> int:
+    from testbed.fabric import Testbed
+
+    tb = Testbed.attach(_default_name(a.name))
+    for line in tb.fault(" ".join(a.spec)):
+        print(line)
+    return 0
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from testbed.fabric import Testbed
+    from testbed.faults import load_timeline, run_timeline
+
+    tb = Testbed.attach(_default_name(a.name))
+    events = load_timeline(a.timeline)
+    argv = _argv(a.argv)
+    proc = None
+    if argv:
+        env = {**os.environ, "BRAID_TESTBED": tb.name}
+        proc = subprocess.Popen(argv, env=env)
+    try:
+        run_timeline(tb, events, workload=proc, echo=lambda s: print(s, flush=True),
+                     timeout=a.timeout)
+        if proc is None:
+            return 0
+        try:
+            return proc.wait(timeout=a.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"workload still running after {a.timeout}s: stopping it", file=sys.stderr)
+            return 124
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,417 @@
+"""Build and tear down a multi-plane namespace fabric (pyroute2, no `ip`).
+
+Per testbed (prefix ``br<name>-``):
+
+* one namespace per host (``brNAME-h3``) with one interface per plane (``p0``,
+  ``p1``...), address 10.<plane>.<host>.2/24;
+* per plane either one switch namespace (``brNAME-p0-sw``) or leaves
+  (``brNAME-p0-l0``) and spines (``brNAME-p0-s1``) forwarding in the kernel,
+  leaves using ECMP multipath routes over every spine with L4 hashing
+  (``fib_multipath_hash_policy=1``), so a UDP source port (Braid's EV) picks
+  the spine;
+* per plane with link elements a "wire" namespace (``brNAME-p0-w``) holding
+  both veth ends of every element link and one element process
+  (``testbed.element``) bridging them.
+
+Links without an element are plain veth pairs shaped by tc tbf (via pyroute2)
+on both ends; with an element the element's emulated queue shapes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import NetNS, netns
+from pyroute2.netlink.exceptions import NetlinkError
+
+from testbed import nsutil
+from testbed.state import DEFAULT_RUN_ROOT, RunState, check_name, prefix_for
+from testbed.topology import (
+    LinkSpec,
+    PortConfig,
+    Topology,
+    fabric_addresses,
+    gateway_address,
+    host_address,
+    load,
+)
+from tools.errors import UserError
+
+ELEMENT_MARK = "testbed.element"
+_netem_cache: dict[str, Any] = {}
+
+
+def netem_available(probe_ns: str = "brprobe-netem") -> tuple[bool, str]:
+    """Try a netem qdisc on a scratch veth in a scratch namespace (cached)."""
+    if "result" in _netem_cache:
+        return _netem_cache["result"]  # type: ignore[no-any-return]
+    probe_ns = f"{probe_ns}{os.getpid()}"
+    result: tuple[bool, str]
+    try:
+        netns.create(probe_ns)
+    except Exception as exc:  # no namespaces at all: the caller fails later anyway
+        return False, f"cannot create a scratch namespace: {exc}"
+    try:
+        with NetNS(probe_ns) as ns:
+            ns.link("add", ifname="nt0", kind="veth", peer="nt1")
+            idx = ns.link_lookup(ifname="nt0")[0]
+            try:
+                ns.tc("add", "netem", index=idx, handle="1:", delay=1000)
+                result = (True, "netem qdisc added on a scratch veth")
+            except NetlinkError as exc:
+                result = (False, f"adding a netem qdisc failed: {exc.args[1]} "
+                                 f"(errno {exc.code}; ENOENT means the kind is unknown)")
+    finally:
+        netns.remove(probe_ns)
+    _netem_cache["result"] = result
+    return result
+
+
+class Testbed:
+    """A running fabric. Use ``Testbed.up(...)`` or ``Testbed.attach(name)``."""
+
+    def __init__(self, topo: Topology, state: RunState) -> None:
+        self.topo = topo
+        self.state = state
+        self.name: str = state.data["name"]
+        self.prefix: str = state.data["prefix"]
+        self.run_dir = state.run_dir
+        self._ns: dict[str, NetNS] = {}
+
+    # ------------------------------------------------------------------ API
+    @classmethod
+    def up(cls, path_or_spec: str | Path | dict[str, Any], name: str | None = None,
+           run_root: Path = DEFAULT_RUN_ROOT) -> Testbed:
+        """Build the fabric described by a topology file or dict; return it live."""
+        if os.geteuid() != 0:
+            raise UserError("the testbed needs root (network namespaces)")
+        netem, _why = netem_available()
+        if isinstance(path_or_spec, dict):
+            spec = dict(path_or_spec)
+        else:
+            import tomllib
+            load(path_or_spec, netem)  # validates with file/line context
+            spec = tomllib.loads(Path(path_or_spec).read_text())
+        topo = load(spec, netem)
+        if name is None:
+            name = str(spec.get("name") or (Path(path_or_spec).stem if not isinstance(
+                path_or_spec, dict) else "braid"))
+            name = "".join(c for c in name.lower() if c.isalnum())[:12] or "braid"
+        check_name(name)
+        old = RunState.load(run_root, name)
+        if old is not None:
+            if any(nsutil.netns_exists(o["name"]) for o in old.objects("netns")) or any(
+                    nsutil.pid_alive(p["pid"]) for p in old.objects("process")):
+                raise UserError(f"testbed {name!r} is already up ({old.run_dir}); "
+                                f"run 'braid testbed down --name {name}' first")
+            _teardown(old)
+        state = RunState.create(run_root, name, spec)
+        state.set(netem=netem)
+        tb = cls(topo, state)
+        try:
+            tb._build()
+        except BaseException:
+            tb.down()
+            raise
+        state.set(status="up", built_at=time.time())
+        return tb
+
+    @classmethod
+    def attach(cls, name: str, run_root: Path = DEFAULT_RUN_ROOT) -> Testbed:
+        state = RunState.load(run_root, check_name(name))
+        if state is None:
+            raise UserError(f"no testbed named {name!r} (nothing in {run_root / name})")
+        return cls(load(state.data["spec"], state.data.get("netem", False)), state)
+
+    def down(self) -> None:
+        """Remove everything recorded (idempotent)."""
+        for ns in self._ns.values():
+            with suppress(Exception):
+                ns.close()
+        self._ns.clear()
+        _teardown(self.state)
+
+    def __enter__(self) -> Testbed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    @property
+    def hosts(self) -> list[str]:
+        return self.topo.host_names
+
+    @property
+    def planes(self) -> list[int]:
+        return list(range(self.topo.planes))
+
+    def address(self, host: str | int, plane: int) -> str:
+        i = self._host_index(host)
+        if not 0 <= plane < self.topo.planes:
+            raise UserError(f"no plane {plane} (planes 0..{self.topo.planes - 1})")
+        return host_address(i, plane)
+
+    def netns(self, node: str | int) -> str:
+        """Namespace name of a host ('h3' or 3) or a switch node ('p0-s1')."""
+        if isinstance(node, int) or node in self.hosts:
+            return self.prefix + f"h{self._host_index(node)}"
+        nodes = [n for p in self.planes for n in self.topo.switch_nodes(p)]
+        if node not in nodes:
+            raise UserError(f"no node {node!r} (hosts {self.hosts[0]}.., switches {nodes[:3]}..)")
+        return self.prefix + node
+
+    def popen(self, host: str | int, argv: list[str], **popen_kw: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` inside the host's (or switch's) namespace."""
+        return nsutil.popen(self.netns(host), argv, **popen_kw)
+
+    def exec(self, host: str | int, argv: list[str], **run_kw: Any
+             ) -> subprocess.CompletedProcess[Any]:
+        """Run ``argv`` to completion inside a namespace (subprocess.run keywords)."""
+        return nsutil.run(self.netns(host), argv, **run_kw)
+
+    def port_stats(self) -> dict[str, dict[str, Any]]:
+        """Per element port ('h3:p1/down') counters and settings, from the stats files."""
+        out: dict[str, dict[str, Any]] = {}
+        for f in sorted((self.run_dir / "elements").glob("*.stats.json")):
+            try:
+                out.update(json.loads(f.read_text())["ports"])
+            except (OSError, ValueError, KeyError):
+                continue
+        return out
+
+    def link_counters(self, node: str, ifname: str) -> dict[str, int]:
+        """Kernel counters of an interface in a node's namespace."""
+        with NetNS(self.netns(node)) as ns:
+            link = ns.link("get", ifname=ifname)[0]
+            st = link.get_attr("IFLA_STATS64")
+            return {k: int(st[k]) for k in ("rx_packets", "tx_packets", "rx_bytes",
+                                             "tx_bytes", "rx_dropped", "tx_dropped")}
+
+    def fault(self, spec: str) -> list[str]:
+        """Apply one fault ('plane 2 down', 'link h3:p1 loss 5%', ...); blocks for
+        faults with a duration (reboot, flap). Returns what was done."""
+        from testbed.faults import apply_fault
+
+        return apply_fault(self, spec)
+
+    # ------------------------------------------------------------ internals
+    def _host_index(self, host: str | int) -> int:
+        if isinstance(host, int):
+            i = host
+        elif host.startswith("h") and host[1:].isdigit():
+            i = int(host[1:])
+        else:
+            raise UserError(f"no host {host!r} (hosts are h0..h{self.topo.hosts - 1})")
+        if not 0 <= i < self.topo.hosts:
+            raise UserError(f"no host {host!r} (hosts are h0..h{self.topo.hosts - 1})")
+        return i
+
+    def _handle(self, node: str) -> NetNS:
+        if node not in self._ns:
+            self._ns[node] = NetNS(self.prefix + node, flags=0)
+        return self._ns[node]
+
+    def wire_node(self, plane: int) -> str:
+        return f"p{plane}-w"
+
+    @staticmethod
+    def wire_ifnames(link: LinkSpec) -> tuple[str, str]:
+        base = link.name.split(":")[0].replace("-", "")
+        return base + "a", base + "b"
+
+    def _build(self) -> None:
+        topo = self.topo
+        nodes = [f"h{i}" for i in range(topo.hosts)]
+        wires = sorted({lk.plane for lk in topo.links if lk.element})
+        for p in range(topo.planes):
+            nodes += topo.switch_nodes(p)
+        nodes += [self.wire_node(p) for p in wires]
+        for node in nodes:
+            nsname = self.prefix + node
+            self.state.record(type="netns", name=nsname)
+            netns.create(nsname)
+            settings = {"net.ipv6.conf.all.disable_ipv6": "1",
+                        "net.ipv6.conf.default.disable_ipv6": "1",
+                        "net.ipv4.conf.all.rp_filter": "0",
+                        "net.ipv4.conf.default.rp_filter": "0"}
+            if "-" in node and not node.endswith("-w"):  # a switch
+                settings.update({"net.ipv4.ip_forward": "1",
+                                 "net.ipv4.fib_multipath_hash_policy": "1"})
+            nsutil.sysctls(nsname, settings)
+            ns = self._handle(node)
+            ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
+        for link in topo.links:
+            self._build_link(link)
+        self._routes()
+        for p in wires:
+            self._start_element(p)
+        for ns in self._ns.values():
+            ns.close()
+        self._ns.clear()
+
+    def _veth(self, a: str, a_if: str, b: str, b_if: str, mtu: int) -> None:
+        self.state.record(type="veth", ns=self.prefix + a, ifname=a_if,
+                          peer_ns=self.prefix + b, peer=b_if)
+        ns_a = self._handle(a)
+        ns_a.link("add", ifname=a_if, kind="veth",
+                  peer={"ifname": b_if, "net_ns_fd": self.prefix + b})
+        for node, ifname in ((a, a_if), (b, b_if)):
+            ns = self._handle(node)
+            idx = ns.link_lookup(ifname=ifname)[0]
+            ns.link("set", index=idx, mtu=mtu, state="up")
+
+    def _build_link(self, link: LinkSpec) -> None:
+        if link.element:
+            w = self.wire_node(link.plane)
+            wa, wb = self.wire_ifnames(link)
+            self._veth(link.a, link.a_if, w, wa, link.mtu)
+            self._veth(link.b, link.b_if, w, wb, link.mtu)
+            # Packets routed over veth carry partial checksums; the element
+            # re-sends frames as they are, so the feeders must complete them.
+            for node, ifname in ((link.a, link.a_if), (link.b, link.b_if)):
+                r = nsutil.run(self.prefix + node, ["ethtool", "-K", ifname, "tx", "off"],
+                               capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise UserError(f"ethtool -K {ifname} tx off failed: {r.stderr.strip()}")
+        else:
+            self._veth(link.a, link.a_if, link.b, link.b_if, link.mtu)
+            self._shape(link.a, link.a_if, link.up, link.mtu)
+            self._shape(link.b, link.b_if, link.down, link.mtu)
+        a_ns, b_ns = self._handle(link.a), self._handle(link.b)
+        a_idx = a_ns.link_lookup(ifname=link.a_if)[0]
+        b_idx = b_ns.link_lookup(ifname=link.b_if)[0]
+        if link.kind == "host":
+            i = int(link.a[1:])
+            a_ns.addr("add", index=a_idx, address=host_address(i, link.plane), prefixlen=24)
+            b_ns.addr("add", index=b_idx, address=gateway_address(i, link.plane), prefixlen=24)
+        else:
+            j, k = int(link.a.split("-l")[1]), int(link.b.split("-s")[1])
+            leaf_ip, spine_ip = fabric_addresses(link.plane, j, k)
+            a_ns.addr("add", index=a_idx, address=leaf_ip, prefixlen=31)
+            b_ns.addr("add", index=b_idx, address=spine_ip, prefixlen=31)
+
+    def _shape(self, node: str, ifname: str, port: PortConfig, mtu: int) -> None:
+        if port.rate_bps == 0 and not (self.state.data.get("netem") and (port.delay or port.loss)):
+            return
+        ns = self._handle(node)
+        idx = ns.link_lookup(ifname=ifname)[0]
+        if self.state.data.get("netem") and (port.delay or port.loss):
+            kw: dict[str, Any] = {"delay": int(port.delay * 1e6), "loss": port.loss * 100,
+                                  "limit": max(1, port.buffer // mtu)}
+            if port.rate_bps:
+                kw["rate"] = port.rate_bps // 8
+            ns.tc("add", "netem", index=idx, handle="1:", **kw)
+            return
+        burst = max(2 * mtu, port.rate_bps // 8 // 1000)  # ~1 ms of tokens, >= 2 frames
+        ns.tc("add", "tbf", index=idx, handle="1:", rate=port.rate_bps // 8, burst=burst,
+              limit=port.buffer)
+
+    def _routes(self) -> None:
+        topo = self.topo
+        for p in range(topo.planes):
+            for i in range(topo.hosts):
+                self._handle(f"h{i}").route("add", dst=f"10.{p}.0.0", dst_len=16,
+                                            gateway=gateway_address(i, p))
+            if topo.kind != "leafspine":
+                continue
+            for j in range(topo.leaves):
+                hops = [{"gateway": fabric_addresses(p, j, k)[1]} for k in range(topo.spines)]
+                leaf = self._handle(f"p{p}-l{j}")
+                if len(hops) == 1:
+                    leaf.route("add", dst=f"10.{p}.0.0", dst_len=16, gateway=hops[0]["gateway"])
+                else:
+                    leaf.route("add", dst=f"10.{p}.0.0", dst_len=16, multipath=hops)
+            for k in range(topo.spines):
+                spine = self._handle(f"p{p}-s{k}")
+                for i in range(topo.hosts):
+                    leaf_ip = fabric_addresses(p, topo.leaf_of(i), k)[0]
+                    spine.route("add", dst=f"10.{p}.{i}.0", dst_len=24, gateway=leaf_ip)
+
+    def element_files(self, plane: int) -> dict[str, Path]:
+        d = self.run_dir / "elements"
+        return {"spec": d / f"p{plane}.spec.json", "stats": d / f"p{plane}.stats.json",
+                "ctl": d / f"p{plane}.sock", "log": d / f"p{plane}.log"}
+
+    def _start_element(self, plane: int) -> None:
+        files = self.element_files(plane)
+        files["spec"].parent.mkdir(exist_ok=True)
+        links = []
+        for link in self.topo.links:
+            if link.element and link.plane == plane:
+                wa, wb = self.wire_ifnames(link)
+                links.append({"name": link.name, "a_if": wa, "b_if": wb,
+                              "up": link.up.to_dict(), "down": link.down.to_dict()})
+        files["spec"].write_text(json.dumps({"links": links}, indent=1))
+        ns = self.prefix + self.wire_node(plane)
+        argv = [sys.executable, "-m", ELEMENT_MARK, "--netns", ns, "--spec", str(files["spec"]),
+                "--stats", str(files["stats"]), "--ctl", str(files["ctl"])]
+        obj = self.state.record(type="process", role="element", plane=plane, pid=None,
+                                cmd=argv)
+        files["stats"].unlink(missing_ok=True)
+        with open(files["log"], "ab") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    start_new_session=True, cwd="/")
+        obj["pid"] = proc.pid
+        self.state.save()
+        deadline = time.monotonic() + 10
+        while not files["stats"].exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = files["log"].read_text()[-800:] if files["log"].exists() else ""
+                raise UserError(f"link element for plane {plane} did not start:\n{tail}")
+            time.sleep(0.02)
+
+
+def _teardown(state: RunState) -> None:
+    """Kill recorded processes and anything in our namespaces, remove namespaces."""
+    names = [o["name"] for o in state.objects("netns")]
+    prefix = state.data["prefix"]
+    procs = [o["pid"] for o in state.objects("process")
+             if o.get("pid") and ELEMENT_MARK in nsutil.pid_cmdline(o["pid"])]
+    nsutil.kill_pids(procs + nsutil.pids_in(names))
+    for name in reversed(names):
+        if not name.startswith(prefix):
+            continue  # never touch what is not ours
+        if nsutil.netns_exists(name):
+            try:
+                netns.remove(name)
+            except OSError as exc:
+                raise UserError(f"cannot remove namespace {name}: {exc}") from None
+    if not state.run_dir.exists():
+        return  # already removed: down is idempotent
+    state.set(status="down")
+    for f in sorted(state.run_dir.rglob("*"), reverse=True):
+        if f.is_file() or f.is_socket():
+            f.unlink(missing_ok=True)
+        elif f.is_dir():
+            f.rmdir()
+    with suppress(OSError):
+        state.run_dir.rmdir()
+
+
+def down_by_name(name: str, run_root: Path = DEFAULT_RUN_ROOT) -> bool:
+    state = RunState.load(run_root, check_name(name))
+    if state is None:
+        return False
+    _teardown(state)
+    return True
+
+
+@contextmanager
+def testbed(path_or_spec: str | Path | dict[str, Any], name: str | None = None,
+            run_root: Path = DEFAULT_RUN_ROOT) -> Iterator[Testbed]:
+    tb = Testbed.up(path_or_spec, name=name, run_root=run_root)
+    try:
+        yield tb
+    finally:
+        tb.down()
+
+
+__all__ = ["Testbed", "down_by_name", "netem_available", "prefix_for", "testbed"]
