@@ -76,6 +76,7 @@ class Simulator:
         self._seq = itertools.count()
         self._random = fabric.rng.random
         self._overhead = fabric.overhead
+        self._routes = fabric._routes
         self._conns: dict[tuple[str, int], _Attachment] = {}
         self._fallback: dict[str, _Attachment] = {}
         self._by_endpoint: dict[int, _Attachment] = {}
@@ -200,7 +201,9 @@ class Simulator:
         self._poll(att, None)
 
     def _send(self, att: _Attachment, data: bytes, path: TxPath) -> None:
-        route = self.fabric.route(att.host, att.peer, path.plane, path.ev)
+        route = self._routes.get((att.host, att.peer, path.plane, path.ev))
+        if route is None:
+            route = self.fabric.route(att.host, att.peer, path.plane, path.ev)
         pid = self._next_pid
         self._next_pid = pid + 1
         pkt = Packet(

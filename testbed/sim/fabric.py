@@ -35,6 +35,7 @@ LINK_KINDS: Final[tuple[LinkKind, ...]] = ("uplink", "spine", "downlink")
 DROP_REASONS: Final = ("buffer", "loss", "gray", "down")
 #: Second byte of a v1 datagram for types that are served by the priority queue.
 CONTROL_TYPE_BYTES: Final = frozenset(int(t) for t in CONTROL_TYPES)
+_ROUTE_CACHE_MAX: Final = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +381,8 @@ class Fabric:
                 self._spinelinks[(dst, plane, k)],
                 self._downlinks[(dst, plane)],
             )
+            if len(self._routes) >= _ROUTE_CACHE_MAX:
+                self._routes.clear()  # EVs are unbounded ints; keep memory bounded
             self._routes[key] = r
         return r
 

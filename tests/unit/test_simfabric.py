@@ -403,3 +403,26 @@ def test_done_predicate_and_until() -> None:
     assert len(sink.arrivals) == 10 and t == pytest.approx(0.010, abs=1e-5)
     assert sim.run(until=0.0505) == 0.0505
     assert len(sink.arrivals) == 50
+
+
+def test_wake_after_api_call_and_trace_kinds() -> None:
+    seen: list[str] = []
+
+    def trace(ev: str, now: float, pkt: Packet, link: Link | None, reason: str) -> None:
+        seen.append(ev)
+
+    sender = Blaster(2, 0)
+    fs = spec(uplink=LinkSpec(rate=1e6, delay=0, trim_threshold=2000, ecn_threshold=0))
+    sink = Sink()
+    sim, _ = pair(fs, sender, sink, trace=trace)
+    sim.run()
+    assert sink.arrivals == []
+
+    def api_call() -> None:  # like conn.send_message(...) from an `at` action
+        sender.count = 10
+        sim.wake(sender)
+
+    sim.at(1.0, api_call)
+    sim.run()
+    assert len(sink.arrivals) == 10 and sink.arrivals[0][0] >= 1.0
+    assert {"sent", "marked", "trimmed", "delivered"} <= set(seen)
