@@ -1,0 +1,348 @@
+"""Unit tests of transport/paths.py: EV set, EV/plane health, probing, policies."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+
+import pytest
+
+from transport.ev_state import TRANSITIONS, EvEvent, EvState, next_state
+from transport.paths import (
+    EvSet,
+    ObliviousPolicy,
+    PlaneState,
+    RepsPolicy,
+    SinglePolicy,
+    SprayPolicy,
+    get_policy,
+    policy_names,
+)
+
+GOOD, SKIP, BAD, DENIED = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
+RTT = 1e-3
+
+
+def rotation_of(p: SprayPolicy, now: float = 0.0) -> list[int]:
+    """Indices picked over one full rotation (all EVs GOOD)."""
+    return [ev.index for ev in (p.next_ev(now) for _ in p.evs) if ev is not None]
+
+
+# -- EV set -------------------------------------------------------------------------
+
+
+def test_default_ev_set_shape_and_values() -> None:
+    es = EvSet()
+    assert len(es.evs) == 128 and es.planes == 4
+    assert Counter(ev.plane for ev in es.evs) == {0: 32, 1: 32, 2: 32, 3: 32}
+    values = [ev.value for ev in es.evs]
+    assert len(set(values)) == 128 and all(0 <= v <= 65535 for v in values)
+    assert values == [ev.value for ev in EvSet().evs]  # same seed, same EVs
+    assert values != [ev.value for ev in EvSet(seed=1).evs]
+    assert es.lookup(values[5]) is es.evs[5]
+    with pytest.raises(ValueError):
+        EvSet(planes=0)
+
+
+def test_transition_table_shape() -> None:
+    assert next_state(GOOD, EvEvent.LAST_HOP_TRIM) is GOOD
+    assert all(ev is not EvEvent.LAST_HOP_TRIM for _, ev in TRANSITIONS)
+    assert [e for (s, e) in TRANSITIONS if s is DENIED] == [EvEvent.ALLOW]
+    assert {s for (s, _) in TRANSITIONS} | set(TRANSITIONS.values()) == set(EvState)
+
+
+# -- spray --------------------------------------------------------------------------
+
+
+def test_spray_spreads_evenly_over_planes() -> None:
+    p = SprayPolicy(seed=3)
+    picks = [p.next_ev(i * 1e-6) for i in range(10_000)]
+    per_plane = Counter(ev.plane for ev in picks if ev is not None)
+    assert all(abs(n - 2500) <= 2500 * 0.02 for n in per_plane.values()), per_plane
+    # Interleaved: any 4 consecutive picks of a rotation hit 4 different planes.
+    assert {ev.plane for ev in picks[:4] if ev is not None} == {0, 1, 2, 3}
+    per_ev = Counter(ev.index for ev in picks if ev is not None)
+    assert len(per_ev) == 128 and max(per_ev.values()) - min(per_ev.values()) <= 1
+
+
+def test_rotation_reshuffles_every_n_and_differs_by_seed() -> None:
+    p = SprayPolicy(seed=1, reshuffle_every=2)
+    r0, r1, r2 = rotation_of(p), rotation_of(p), rotation_of(p)
+    assert sorted(r0) == list(range(128))
+    assert r0 == r1  # same rotation until reshuffle_every rotations wrapped
+    assert r2 != r1 and sorted(r2) == sorted(r1)
+    other = rotation_of(SprayPolicy(seed=2, reshuffle_every=2))
+    assert other != r0
+    assert rotation_of(SprayPolicy(seed=1, reshuffle_every=2)) == r0
+
+
+def test_ecn_ack_skips_for_rest_of_rotation_then_good() -> None:
+    p = SprayPolicy(planes=2, evs_per_plane=4, seed=5)
+    first = [p.next_ev(0.0) for _ in range(2)]
+    ahead = p.rotation.order[5]  # not yet used in this rotation
+    p.on_ack(ahead, 0.0, ecn=True, rtt=RTT)
+    assert ahead.state is SKIP and ahead.ecn_marks == 1
+    rest = [p.next_ev(0.0) for _ in range(5)]  # the other 5 positions of the rotation
+    assert ahead not in rest and all(ev is not None for ev in first + rest)
+    assert len({id(ev) for ev in first + rest}) == 7
+    assert ahead.state is SKIP
+    nxt = [p.next_ev(0.0) for _ in range(8)]  # the wrap restores it
+    assert ahead.state is GOOD and ahead in nxt
+
+
+def test_all_skipped_ends_rotation_early() -> None:
+    p = SprayPolicy(planes=1, evs_per_plane=2)
+    for ev in p.evs:
+        p.on_ack(ev, 0.0, ecn=True, rtt=None)
+    assert p.next_ev(0.0) is not None
+    assert p.rotation.rotations == 1
+
+
+def test_fabric_trim_penalises_last_hop_trim_does_not() -> None:
+    p = SprayPolicy()
+    a, b = p.evs[0], p.evs[1]
+    p.on_trim(a, 0.0, last_hop=False)
+    p.on_trim(b, 0.0, last_hop=True)
+    assert a.state is SKIP and a.trims == 1
+    assert b.state is GOOD and b.last_hop_trims == 1 and b.trims == 0
+
+
+def test_loss_probe_backoff_and_recovery() -> None:
+    p = SprayPolicy(base_rtt=RTT)  # probe_initial 4 ms, cap 64 ms
+    ev = p.evs[7]
+    p.on_loss(ev, 1.0)
+    assert ev.state is BAD and ev.losses == 1
+    assert p.plane_state(0) is PlaneState.UP
+    assert all(p.next_ev(1.0) is not ev for _ in range(300))
+    assert p.due_probes(1.0) == []
+    assert p.next_timer() == pytest.approx(1.004)
+    due_times = []
+    now = 1.0
+    for _ in range(6):
+        t = p.next_timer()
+        assert t is not None
+        assert p.due_probes(t - 1e-9) == []
+        assert p.due_probes(t) == [ev]
+        due_times.append(t)
+        p.on_probe_sent(ev, t)
+        now = t
+    gaps = [round(b - a, 9) for a, b in itertools.pairwise(due_times)]
+    assert gaps == [0.008, 0.016, 0.032, 0.064, 0.064]  # doubling, capped at 64 RTT
+    assert ev.probes_sent == 6
+    p.on_probe_ack(ev, now + RTT, rtt=RTT)
+    assert ev.state is GOOD and ev.next_probe is None and p.next_timer() is None
+    assert ev in [p.next_ev(2.0) for _ in range(128)]
+
+
+def test_stale_clean_ack_does_not_revive_assumed_bad() -> None:
+    p = SprayPolicy()
+    ev = p.evs[0]
+    p.on_loss(ev, 0.0)
+    p.on_ack(ev, 0.001, ecn=False, rtt=RTT)  # a packet sent before the failure
+    assert ev.state is BAD
+
+
+def test_plane_parked_when_half_its_evs_are_bad_and_restored_by_one_probe() -> None:
+    p = SprayPolicy(planes=2, evs_per_plane=8, plane_probe_evs=2, base_rtt=RTT)
+    plane0 = [ev for ev in p.evs if ev.plane == 0]
+    for i, ev in enumerate(plane0[:3]):
+        p.on_loss(ev, 0.0 + i * 1e-6)
+    assert p.parked_planes() == []
+    p.on_loss(plane0[3], 1e-5)
+    assert p.parked_planes() == [0] and p.plane_state(0) is PlaneState.PARKED
+    assert all(ev.state is BAD for ev in plane0)
+    assert all(p.next_ev(0.001).plane == 1 for _ in range(100))  # type: ignore[union-attr]
+    t = p.next_timer()
+    assert t is not None
+    probes = p.due_probes(t)
+    assert len(probes) == 2 and all(ev.plane == 0 for ev in probes)
+    # The probe slots move on to other EVs of the plane, backing off.
+    for ev in probes:
+        p.on_probe_sent(ev, t)
+    t2 = p.next_timer()
+    assert t2 is not None and t2 - t == pytest.approx(8 * RTT)
+    probes2 = p.due_probes(t2)
+    assert len(probes2) == 2 and not set(map(id, probes2)) & set(map(id, probes))
+    p.on_probe_ack(probes[0], t2 + RTT, rtt=RTT)  # a late answer still proves the plane
+    assert p.parked_planes() == [] and all(ev.state is GOOD for ev in plane0)
+    assert p.next_timer() is None
+    assert {ev.plane for ev in (p.next_ev(1.0) for _ in range(16)) if ev} == {0, 1}
+
+
+def test_plane_parked_after_silence_with_losses_on_distinct_evs() -> None:
+    p = SprayPolicy(base_rtt=RTT, plane_loss_evs=4)  # silence = 3 ms
+    plane2 = [ev for ev in p.evs if ev.plane == 2]
+    p.on_ack(plane2[10], 1.0, ecn=False, rtt=RTT)
+    for i in range(4):
+        p.on_loss(plane2[i], 1.001)
+    assert p.parked_planes() == []  # the plane answered 1 ms ago
+    assert p.next_timer() == pytest.approx(1.003)
+    p.due_probes(1.0031)
+    assert p.parked_planes() == [2]
+    assert all(ev.state is BAD for ev in plane2)
+    snap = p.snapshot()
+    assert snap["planes"][2]["state"] == "parked" and snap["planes"][2]["parks"] == 1
+
+
+def test_acks_from_a_plane_keep_it_up() -> None:
+    p = SprayPolicy(base_rtt=RTT, plane_loss_evs=4)
+    plane1 = [ev for ev in p.evs if ev.plane == 1]
+    for i in range(6):
+        p.on_loss(plane1[i], 1.0)
+        p.on_ack(plane1[20], 1.0, ecn=False, rtt=RTT)  # gray, not dead
+    p.due_probes(2.0)
+    assert p.parked_planes() == []
+
+
+def test_avoid_is_honoured() -> None:
+    p = SprayPolicy(planes=2, evs_per_plane=4)
+    prev = p.next_ev(0.0)
+    for _ in range(1000):
+        ev = p.next_ev(0.0, avoid=prev)
+        assert ev is not None and ev is not prev
+        prev = ev
+    # Only one usable EV: it is returned even if avoided (retransmit, don't stall).
+    only = p.evs[3]
+    for ev in p.evs:
+        if ev is not only:
+            p.deny(ev)
+    assert p.next_ev(0.0, avoid=only) is only
+
+
+def test_none_when_nothing_usable() -> None:
+    p = SprayPolicy(planes=2, evs_per_plane=2)
+    for ev in p.evs:
+        p.on_loss(ev, 0.0)
+    assert p.next_ev(0.0) is None
+    assert sorted(p.parked_planes()) == [0, 1]
+
+
+def test_denied_never_chosen_and_allow_restores() -> None:
+    for name in policy_names():
+        p = get_policy(name, planes=2, evs_per_plane=4)
+        denied = p.evs[::2]
+        for ev in denied:
+            p.deny(ev)
+        picks = [p.next_ev(0.0) for _ in range(200)]
+        assert all(ev is not None and ev.state is not DENIED for ev in picks), name
+        p.allow(denied[0])
+        assert denied[0].state is GOOD
+    p = SprayPolicy(planes=2, evs_per_plane=4)
+    p.deny(p.evs[0])
+    p.on_probe_ack(p.evs[0], 0.0)
+    assert p.evs[0].state is DENIED  # only the operator lifts a deny
+
+
+def test_allow_into_parked_plane_waits_for_plane() -> None:
+    p = SprayPolicy(planes=2, evs_per_plane=2)
+    a, b = p.evs[0], p.evs[1]
+    p.deny(a)
+    p.on_loss(b, 0.0)
+    assert p.parked_planes() == [0]
+    p.allow(a)
+    assert a.state is BAD
+    p.on_probe_ack(b, 0.01)
+    assert a.state is GOOD and b.state is GOOD
+
+
+# -- other policies -----------------------------------------------------------------
+
+
+def test_reps_recycles_unmarked_evs() -> None:
+    p = RepsPolicy(planes=2, evs_per_plane=16, seed=4)
+    first = [p.next_ev(0.0) for _ in range(4)]
+    assert p.explored == 4
+    ok, marked = first[0], first[1]
+    assert ok is not None and marked is not None
+    p.on_ack(ok, 0.001, ecn=False, rtt=RTT)
+    p.on_ack(marked, 0.001, ecn=True, rtt=RTT)
+    assert p.next_ev(0.002) is ok and p.recycled == 1
+    nxt = p.next_ev(0.002)  # cache consumed: explore, never the marked one
+    assert nxt is not ok and nxt is not marked and p.explored == 5
+
+
+def test_reps_cache_is_bounded_and_skips_avoid() -> None:
+    p = RepsPolicy(planes=1, evs_per_plane=32)
+    for ev in p.evs[:12]:
+        p.on_ack(ev, 0.0, ecn=False, rtt=None)
+    assert len(p.cache) == 8 and list(p.cache) == p.evs[4:12]
+    assert p.next_ev(0.0, avoid=p.evs[4]) is p.evs[5]
+
+
+def test_reps_freezes_after_loss() -> None:
+    p = RepsPolicy(planes=2, evs_per_plane=8, base_rtt=RTT)  # freeze 4 ms
+    a, b = p.evs[0], p.evs[9]
+    p.on_ack(a, 0.0, ecn=False, rtt=None)
+    p.on_ack(b, 0.0, ecn=False, rtt=None)
+    p.on_loss(p.evs[3], 0.0)
+    frozen = [p.next_ev(0.001) for _ in range(10)]
+    assert set(map(id, frozen)) == {id(a), id(b)}  # reused, not consumed
+    assert p.explored == 0
+    after = [p.next_ev(0.01) for _ in range(4)]
+    assert after[:2] == [a, b] and p.explored == 2
+
+
+def test_single_uses_one_ev_and_fails_over_only_when_bad() -> None:
+    p = SinglePolicy(seed=9)
+    first = p.next_ev(0.0)
+    assert first is not None
+    p.on_ack(first, 0.0, ecn=True, rtt=RTT)  # ECMP does not react to marks
+    picks = {id(p.next_ev(0.0, avoid=first)) for _ in range(1000)}
+    assert picks == {id(first)}
+    assert first.sent == 1001
+    p.on_loss(first, 0.1)
+    second = p.next_ev(0.1)
+    assert second is not None and second is not first
+    assert {id(p.next_ev(0.2)) for _ in range(100)} == {id(second)}
+    assert SinglePolicy(seed=10).next_ev(0.0) is not None
+
+
+def test_single_none_when_all_bad() -> None:
+    p = SinglePolicy(planes=1, evs_per_plane=3)
+    for ev in p.evs:
+        p.on_loss(ev, 0.0)
+    assert p.next_ev(0.0) is None
+
+
+def test_oblivious_ignores_health_but_not_deny() -> None:
+    p = ObliviousPolicy(planes=2, evs_per_plane=4)
+    p.on_loss(p.evs[0], 0.0)
+    p.on_ack(p.evs[5], 0.0, ecn=True, rtt=None)
+    p.deny(p.evs[6])
+    picks = Counter(id(p.next_ev(0.0)) for _ in range(70))
+    assert picks[id(p.evs[0])] == 10 and picks[id(p.evs[5])] == 10
+    assert id(p.evs[6]) not in picks
+
+
+# -- registry, stats ------------------------------------------------------------------
+
+
+def test_policy_registry() -> None:
+    assert policy_names() == ["oblivious", "reps", "single", "spray"]
+    assert isinstance(get_policy(), SprayPolicy)
+    assert len(get_policy("reps", planes=2, evs_per_plane=3).evs) == 6
+    with pytest.raises(KeyError, match="spray"):
+        get_policy("ecmp")
+    with pytest.raises(TypeError):
+        get_policy("spray", bogus=1)
+    shared = EvSet(planes=1, evs_per_plane=2)
+    assert get_policy("single", ev_set=shared).ev_set is shared
+
+
+def test_snapshot_is_plain_and_counts() -> None:
+    p = SprayPolicy(planes=2, evs_per_plane=4)
+    for i in range(8):
+        ev = p.next_ev(0.0)
+        assert ev is not None
+        if i == 0:
+            p.on_trim(ev, 0.0, last_hop=False)
+        else:
+            p.on_ack(ev, 0.0, ecn=False, rtt=RTT)
+    snap = json.loads(json.dumps(p.snapshot()))
+    assert snap["policy"] == "spray"
+    assert sum(row["sent"] for row in snap["planes"]) == 8
+    assert sum(row["acked"] for row in snap["planes"]) == 7
+    assert sum(row["trims"] for row in snap["planes"]) == 1
+    assert snap["states"] == {"good": 7, "skip": 1, "assumed_bad": 0, "denied": 0}
+    assert len(snap["evs"]) == 8 and snap["evs"][0]["srtt"] in (None, RTT)
