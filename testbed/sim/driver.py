@@ -8,11 +8,11 @@ while the element is backlogged; nothing is allocated per hop.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 import struct
 from collections.abc import Callable, Iterable
+from heapq import heappop, heappush
 from typing import Any, Final, Protocol
 
 from testbed.sim.fabric import Fabric, Link, Packet
@@ -73,7 +73,7 @@ class Simulator:
         #: Datagrams that reached a host with no endpoint for their connection id.
         self.unroutable = 0
         self._heap: list[tuple[float, int, Callable[[Any, Any], None], Any, Any]] = []
-        self._seq = itertools.count()
+        self._seq = itertools.count().__next__
         self._random = fabric.rng.random
         self._overhead = fabric.overhead
         self._routes = fabric._routes
@@ -138,7 +138,7 @@ class Simulator:
         to do. Raises :class:`EventBudgetExceeded` after ``max_events`` events of
         this call. Returns the virtual time reached."""
         heap = self._heap
-        pop = heapq.heappop
+        pop = heappop
         limit = math.inf if until is None else until
         n = 0
         try:
@@ -172,7 +172,7 @@ class Simulator:
     # ------------------------------------------------------------- internals
 
     def _push(self, t: float, fn: Callable[[Any, Any], None], a: Any, b: Any) -> None:
-        heapq.heappush(self._heap, (t, next(self._seq), fn, a, b))
+        heappush(self._heap, (t, self._seq(), fn, a, b))
 
     def _call(self, action: Callable[[], object], _: None) -> None:
         action()
@@ -188,9 +188,9 @@ class Simulator:
             att.timer_at = t
             att.timer_gen += 1
             if t is not None:
-                heapq.heappush(
+                heappush(
                     self._heap,
-                    (t if t > now else now, next(self._seq), self._fire, att, att.timer_gen),
+                    (t if t > now else now, self._seq(), self._fire, att, att.timer_gen),
                 )
 
     def _fire(self, att: _Attachment, gen: int) -> None:
@@ -290,9 +290,7 @@ class Simulator:
                 self._transmit(link)
             else:
                 link.kick_pending = True
-                heapq.heappush(
-                    self._heap, (link.busy_until, next(self._seq), self._kick, link, link.gen)
-                )
+                heappush(self._heap, (link.busy_until, self._seq(), self._kick, link, link.gen))
 
     def _kick(self, link: Link, gen: int) -> None:
         if gen != link.gen:
@@ -323,10 +321,10 @@ class Simulator:
         pkt.gen = link.gen
         heap = self._heap
         seq = self._seq
-        heapq.heappush(heap, (arrive, next(seq), self._land, pkt, link))
+        heappush(heap, (arrive, seq(), self._land, pkt, link))
         if link.cq or link.dq:
             link.kick_pending = True
-            heapq.heappush(heap, (done, next(seq), self._kick, link, link.gen))
+            heappush(heap, (done, seq(), self._kick, link, link.gen))
 
     def _land(self, pkt: Packet, link: Link) -> None:
         """``pkt`` finished crossing ``link``: on to the next element, or delivered."""
