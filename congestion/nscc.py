@@ -125,15 +125,17 @@ class Nscc:
             return
         self._last_qa = now
         delivered = float(self._delivered_last_rtt(now))
-        if delivered < self._cwnd:
-            self._cwnd = self._clamp(delivered)
-            self._counts["quick_adapt"] += 1
-        # Packets already in flight still see the old queue; ignore delay
-        # for one RTT so the same queue is not punished twice.
+        if delivered >= self._cwnd:
+            return
+        self._cwnd = self._clamp(delivered)
+        self._counts["quick_adapt"] += 1
+        # ACKs of the packets already in flight still describe the old queue
+        # (UEC NSCC ignores them too): no increase, no MD, no delay samples
+        # for one RTT, so the same queue is neither punished twice nor
+        # "recovered" from before it drained.
         self._delays.clear()
         self._qdelay = 0.0
         self._hold_until = now + rtt
-        self._last_md = now
         self._update_pacer()
 
     # -- CongestionController ----------------------------------------------------
@@ -166,12 +168,15 @@ class Nscc:
             if base is None or rtt < base:
                 self._plane_base[sample.plane] = base = rtt
             if now >= self._hold_until:
-                self._delays.append(rtt - base)
+                self._delays.append(max(rtt - base, 0.0))
                 ordered = sorted(self._delays)
                 n = len(ordered)
                 mid = n // 2
                 self._qdelay = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
+        if now < self._hold_until:
+            self._update_pacer()
+            return
         d = self._qdelay
         target = self.target_delay
         if d > self.qa_delay:
@@ -201,7 +206,7 @@ class Nscc:
             # Marked and queued: really too much. Cut in proportion to how far
             # above target, at most once per base RTT (one RTT of marks
             # describes one queue, not many).
-            if now - self._last_md >= self.base_rtt and now >= self._hold_until:
+            if now - self._last_md >= self.base_rtt:
                 factor = max(1.0 - self.md_gain * (d - target) / d, self.md_floor)
                 self._cwnd = self._clamp(self._cwnd * factor)
                 self._last_md = now

@@ -237,11 +237,14 @@ class EvSet:
         # for many RTTs (MRC notices a plane down within a few RTTs).
         many_bad = bad >= self.plane_bad_fraction * active
         silent = (
-            len(plane.lossy) >= min(self.plane_loss_evs, active)
+            len(plane.lossy) >= self._loss_evs(plane)
             and now - plane.last_heard >= self.plane_silence
         )
         if many_bad or silent:
             self._park(plane, now)
+
+    def _loss_evs(self, plane: _Plane) -> int:
+        return min(self.plane_loss_evs, len(plane.evs))
 
     def _park(self, plane: _Plane, now: float) -> None:
         plane.state = PlaneState.PARKED
@@ -324,7 +327,7 @@ class EvSet:
             if ev.next_probe is not None and ev.next_probe < t:
                 t = ev.next_probe
         for plane in self._planes:
-            if len(plane.lossy) >= self.plane_loss_evs and plane.state is PlaneState.UP:
+            if len(plane.lossy) >= self._loss_evs(plane) and plane.state is PlaneState.UP:
                 t = min(t, plane.last_heard + self.plane_silence)
         return None if t == math.inf else t
 

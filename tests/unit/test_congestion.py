@@ -150,17 +150,30 @@ def test_quick_adapt_on_loss_cuts_to_delivered_once_per_rtt() -> None:
     assert c.cwnd > 3000
     c.on_loss(now=0.01, lost_bytes=MTU)
     assert c.cwnd == 3000
-    # A second loss report in the same RTT must not ratchet it down again.
-    ack(c, 0.0101, BASE, in_flight=0)
+    # A second loss report in the same RTT must not ratchet it down again,
+    # and ACKs of packets sent before the cut do not grow the window back.
+    ack(c, 0.0101, BASE)
     c.on_loss(now=0.0102, lost_bytes=MTU)
     assert c.cwnd == 3000
     assert c.stats()["quick_adapt"] == 1
+    ack(c, 0.0103, BASE, ecn=True)
+    assert c.cwnd == 3000
+    ack(c, 0.0115, BASE)  # one RTT later: normal increase again
+    assert c.cwnd > 3000
 
 
 def test_quick_adapt_on_timeout_with_nothing_delivered_goes_to_min() -> None:
     c = make()
     c.on_timeout(now=1.0)
     assert c.cwnd == MTU
+
+
+def test_quick_adapt_does_not_grow_the_window() -> None:
+    c = make(initial_window=2000)
+    for i in range(5):
+        ack(c, 0.0095 + i * 1e-5, None, in_flight=0)
+    c.on_loss(now=0.01, lost_bytes=MTU)
+    assert c.cwnd == 2000 and c.stats()["quick_adapt"] == 0
 
 
 def test_quick_adapt_on_very_high_delay() -> None:
@@ -174,8 +187,9 @@ def test_quick_adapt_on_very_high_delay() -> None:
     assert c.stats()["quick_adapt"] == 1
     assert c.cwnd == 4 * MTU  # what came back in the last RTT
     # The queue the cut was for is still draining: no second reaction.
-    ack(c, 0.0101, BASE + 5e-3)
+    ack(c, 0.0101, BASE + 5e-3, ecn=True)
     assert c.stats()["quick_adapt"] == 1 and c.stats()["md"] == 0
+    assert c.cwnd == 4 * MTU
 
 
 def test_trim_nack_subtracts_and_never_below_min() -> None:
