@@ -148,6 +148,7 @@ class _Plane:
     lossy: set[int] = field(default_factory=set)
     probe_cursor: int = 0
     parks: int = 0
+    parked_at: float = -math.inf
 
 
 class EvSet:
@@ -308,9 +309,16 @@ class EvSet:
             self._next_plane_prober(plane, due, ev.probe_interval)
 
     def allow(self, ev: Ev) -> None:
-        if self._apply(ev, EvEvent.ALLOW) and self._planes[ev.plane].state is PlaneState.PARKED:
+        plane = self._planes[ev.plane]
+        if self._apply(ev, EvEvent.ALLOW) and plane.state is PlaneState.PARKED:
             # Allowed into a parked plane: it waits for the plane like the rest.
             self._apply(ev, EvEvent.PLANE_DOWN)
+            if not any(e.index in self._probing for e in plane.evs):
+                # The plane had no EV left to probe (all denied): probe this
+                # one on the schedule the plane started with.
+                self._next_plane_prober(
+                    plane, plane.parked_at + self.probe_initial, self.probe_initial
+                )
 
     # -- whole planes ------------------------------------------------------------
 
@@ -340,6 +348,7 @@ class EvSet:
     def _park(self, plane: _Plane, now: float) -> None:
         plane.state = PlaneState.PARKED
         plane.parks += 1
+        plane.parked_at = now
         plane.lossy.clear()
         for ev in plane.evs:
             self._apply(ev, EvEvent.PLANE_DOWN)

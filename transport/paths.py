@@ -128,7 +128,9 @@ class PathPolicy:
     records the send on the EV it returns and returns None only when no EV
     at all is usable (the core then probes and eventually fails).
     ``avoid`` (the EV a NACKed/lost packet used) is never returned while any
-    other usable EV exists.
+    other usable EV exists. Probing: when ``next_timer()`` fires, send one
+    probe per EV of ``due_probes(now)`` and report it with ``on_probe_sent``;
+    ``due_probes`` is also where planes that went silent get parked.
     """
 
     name: ClassVar[str] = "base"

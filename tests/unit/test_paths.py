@@ -346,3 +346,17 @@ def test_snapshot_is_plain_and_counts() -> None:
     assert sum(row["trims"] for row in snap["planes"]) == 1
     assert snap["states"] == {"good": 7, "skip": 1, "assumed_bad": 0, "denied": 0}
     assert len(snap["evs"]) == 8 and snap["evs"][0]["srtt"] in (None, RTT)
+
+
+def test_allow_into_fully_denied_parked_plane_gets_probed() -> None:
+    p = SprayPolicy(planes=2, evs_per_plane=2, base_rtt=RTT)
+    a, b = p.evs[0], p.evs[1]
+    p.on_loss(a, 1.0)
+    assert p.parked_planes() == [0]
+    p.deny(a)
+    p.deny(b)
+    assert p.next_timer() is None  # nothing left to probe
+    p.allow(b)
+    assert b.state is BAD and p.due_probes(1.004) == [b]
+    p.on_probe_ack(b, 1.005)
+    assert p.parked_planes() == [] and b.state is GOOD and a.state is DENIED
