@@ -78,6 +78,8 @@ def netem_available(probe_ns: str = "brprobe-netem") -> tuple[bool, str]:
 class Testbed:
     """A running fabric. Use ``Testbed.up(...)`` or ``Testbed.attach(name)``."""
 
+    __test__ = False  # not a pytest test class
+
     def __init__(self, topo: Topology, state: RunState) -> None:
         self.topo = topo
         self.state = state
