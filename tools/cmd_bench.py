@@ -1,0 +1,58 @@
+"""``braid bench``: micro- and macro-benchmarks, one sub-subcommand each.
+
+Benchmarks are registered from a table so other components can add theirs
+(``sim``, ``goodput``, ...) without touching this file's logic: each module
+in ``BENCHES`` exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+A module that does not exist yet is skipped, as ``tools/cli.py`` does for
+subcommands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+#: bench name -> module; each module has ``HELP`` (optional), ``add_arguments`` and ``run``.
+BENCHES: dict[str, str] = {
+    "wire": "tools.bench_wire",
+    "sim": "tools.bench_sim",
+    "goodput": "tools.bench_goodput",
+}
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="run benchmarks (wire codec, ...)",
+        description="Run a benchmark, print a table, write results/<name>.json and, with "
+        "--update-docs, the matching section of docs/benchmarks.md.",
+    )
+    sub = p.add_subparsers(dest="bench", metavar="BENCH")
+    for name, module_name in BENCHES.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            raise
+        bp = sub.add_parser(name, help=getattr(module, "HELP", None))
+        _add_common(bp)
+        module.add_arguments(bp)
+        bp.set_defaults(func=module.run)
+    p.set_defaults(func=lambda _args: (p.print_help(), 0)[1])
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out", default="results", metavar="DIR",
+        help="directory for the JSON results (default: results)",
+    )
+    parser.add_argument(
+        "--update-docs", action="store_true",
+        help="replace this benchmark's section in docs/benchmarks.md",
+    )
+    parser.add_argument(
+        "--docs", default=None, metavar="FILE",
+        help="the markdown file --update-docs edits (default: docs/benchmarks.md of the repo)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a short run (smoke test)")
