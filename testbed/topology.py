@@ -265,6 +265,12 @@ def _build(ctx: _Ctx, data: dict[str, Any], netem: bool) -> Topology:
 
     names = _link_names(topo)
     link_table = data.get("link", {})
+    if not isinstance(link_table, dict):
+        raise ctx.error("link", "expected a table")
+    for key in link_table:
+        if ":" in key and key not in names:
+            raise ctx.error(f'link."{key}"', "no such link in this topology (links look like "
+                            "'h0:p1' or, in a leaf-spine, 'l0-s1:p1')")
     base_link, base_dirs = _link_overrides(ctx, link_table, "link.",
                                            LINK_CLASSES + tuple(names))
     cls: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}
@@ -272,9 +278,6 @@ def _build(ctx: _Ctx, data: dict[str, Any], netem: bool) -> Topology:
         cls[c] = _link_overrides(ctx, link_table.get(c, {}), f"link.{c}.", ())
     if kind == "switch" and "fabric" in link_table:
         raise ctx.error("link.fabric", "a single-switch plane has no fabric links")
-    for key in link_table:
-        if ":" in key and key not in names:
-            raise ctx.error(f'link."{key}"', "no such link in this topology")
 
     for name, (klass, plane, a, a_if, b, b_if) in names.items():
         link_kw: dict[str, Any] = {"mtu": 1500, "element": False}
