@@ -47,6 +47,8 @@ from wire.packets import (
 )
 
 _TYPES: Final = {int(t): t for t in PacketType}
+_TYPE_NAMES: Final = {t: t.name for t in PacketType}
+_PLAINTEXT: Final = int(Flag.PLAINTEXT)
 _DSCP_NAMES: Final = {int(d): d.name for d in Dscp}
 _ECN_NAMES: Final = ("Not-ECT", "ECT1", "ECT0", "CE")
 _NACK_NAMES: Final = {int(r): r.name for r in NackReason}
@@ -99,7 +101,7 @@ class TracePacket:
 
     @property
     def ptype_name(self) -> str:
-        return self.header.ptype.name if self.header else "MALFORMED"
+        return _TYPE_NAMES[self.header.ptype] if self.header else "MALFORMED"
 
     @property
     def plane(self) -> int | None:
@@ -170,7 +172,7 @@ def decode_datagram_untrusted(
     pkt.body = body
     if isinstance(body, Data):
         pkt.trimmed = n == words * 4 + HEADER_TAG_LEN and body.payload_len > 0
-    if flags & Flag.PLAINTEXT:
+    if flags & _PLAINTEXT:
         pkt.auth = "plaintext"
         if isinstance(body, Data) and not pkt.trimmed:
             pkt.payload = data[words * 4 + HEADER_TAG_LEN:]

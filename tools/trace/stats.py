@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tools.trace.decode import TracePacket, nack_reason_name
-from wire.constants import ECN_CE, Flag
+from wire.constants import ECN_CE, Flag, PacketType
 from wire.packets import Accept, Data, Init, Nack, Sack
 
 #: Outstanding DATA packets remembered for RTT matching (oldest evicted first).
@@ -30,6 +30,31 @@ MAX_OUTSTANDING: Final = 1 << 16
 #: Distinct (plane, EV) rows kept; the rest are summed in one "other" row.
 MAX_EV_ROWS: Final = 1 << 16
 _BUCKETS_PER_DECADE: Final = 20
+_RETX: Final = int(Flag.RETX)
+_OTHER, _DATA, _SACK, _NACK = range(4)
+_TRIM_FABRIC, _TRIM_LAST_HOP, _TRIM_UNMARKED = 1, 2, 3
+_TRIM_KINDS: Final = {"fabric": _TRIM_FABRIC, "last-hop": _TRIM_LAST_HOP, "yes": _TRIM_UNMARKED}
+_TYPE_NAMES: Final = {t: t.name for t in PacketType}
+
+#: What one packet adds to a row: (bytes, type name, CE, kind, payload len, retx, trim, NACK).
+_Features = tuple[int, str, int, int, int, int, int, str]
+
+
+def _features(pkt: TracePacket) -> _Features:
+    body = pkt.body
+    assert pkt.header is not None
+    tname = _TYPE_NAMES[pkt.header.ptype]
+    ce = 1 if pkt.udp.tos & 3 == ECN_CE else 0
+    n = len(pkt.udp.payload)
+    if isinstance(body, Data):
+        trim = _TRIM_KINDS[pkt.trim_kind] if pkt.trimmed else 0
+        retx = 1 if pkt.header.flags & _RETX else 0
+        return (n, tname, ce, _DATA, body.payload_len, retx, trim, "")
+    if isinstance(body, Sack):
+        return (n, tname, ce, _SACK, 0, 0, 0, "")
+    if isinstance(body, Nack):
+        return (n, tname, ce, _NACK, 0, 0, 0, nack_reason_name(body.reason))
+    return (n, tname, ce, _OTHER, 0, 0, 0, "")
 _MIN_RTT_S: Final = 1e-7
 
 
@@ -88,30 +113,26 @@ class Counters:
     nacks: Counter[str] = field(default_factory=Counter)
     types: Counter[str] = field(default_factory=Counter)
 
-    def add(self, pkt: TracePacket) -> None:
+    def add(self, f: _Features) -> None:
+        nbytes, tname, ce, kind, plen, retx, trim, nack = f
         self.packets += 1
-        self.bytes += len(pkt.udp.payload)
-        self.types[pkt.ptype_name] += 1
-        if pkt.udp.ecn == ECN_CE:
-            self.ce += 1
-        body = pkt.body
-        if isinstance(body, Data):
+        self.bytes += nbytes
+        self.types[tname] += 1
+        self.ce += ce
+        if kind == _DATA:
             self.data += 1
-            self.data_bytes += body.payload_len
-            if pkt.header is not None and pkt.header.flags & Flag.RETX:
-                self.retx += 1
-            if pkt.trimmed:
-                kind = pkt.trim_kind
-                if kind == "fabric":
-                    self.trims_fabric += 1
-                elif kind == "last-hop":
-                    self.trims_last_hop += 1
-                else:
-                    self.trims_unmarked += 1
-        elif isinstance(body, Sack):
+            self.data_bytes += plen
+            self.retx += retx
+            if trim == _TRIM_FABRIC:
+                self.trims_fabric += 1
+            elif trim == _TRIM_LAST_HOP:
+                self.trims_last_hop += 1
+            elif trim:
+                self.trims_unmarked += 1
+        elif kind == _SACK:
             self.sacks += 1
-        elif isinstance(body, Nack):
-            self.nacks[nack_reason_name(body.reason)] += 1
+        elif kind == _NACK:
+            self.nacks[nack] += 1
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -179,16 +200,17 @@ class TraceStats:
         if h is None:
             self.malformed[pkt.error] += 1
             return
-        self.total.add(pkt)
+        f = _features(pkt)
+        self.total.add(f)
         conn = self.connections.get(h.dcid)
         if conn is None:
             conn = self.connections[h.dcid] = ConnectionStats()
-        conn.add(pkt)
+        conn.add(f)
         plane = pkt.plane
         pc = self.planes.get(plane)
         if pc is None:
             pc = self.planes[plane] = Counters()
-        pc.add(pkt)
+        pc.add(f)
         ev = pkt.ev
         if ev is not None:
             key: tuple[int | None, int | None] = (plane, ev)
@@ -197,7 +219,7 @@ class TraceStats:
                 if len(self.evs) >= MAX_EV_ROWS:
                     key = (None, None)
                 ec = self.evs.setdefault(key, Counters())
-            ec.add(pkt)
+            ec.add(f)
         if isinstance(body, Data):
             conn.data_arrival(t)
             self._data_sent(h.dcid, body, pkt)
