@@ -1,0 +1,56 @@
+"""Connection parameters (one frozen dataclass, validated once)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ConnectionConfig:
+    """How a connection behaves. Times are seconds, sizes bytes.
+
+    ``payload_size`` defaults to what fits a 1500-byte MTU over IPv6:
+    1500 − 40 (IPv6) − 8 (UDP) − 68 (DATA header + tag) − 16 (payload tag).
+    """
+
+    planes: int = 4
+    evs_per_plane: int = 32
+    payload_size: int = 1368
+    path_policy: str = "spray"
+    path_params: dict[str, Any] = field(default_factory=dict)
+    congestion: str = "nscc"
+    congestion_params: dict[str, Any] = field(default_factory=dict)
+    #: First guess of the path RTT, before any sample (also NSCC's base RTT).
+    initial_rtt: float = 100e-6
+    #: Line rate of one plane (bytes/s), for the initial window and pacing.
+    plane_rate: float = 12.5e6
+    #: Receiver: SACK after this many DATA packets, or after ack_delay.
+    ack_every: int = 4
+    ack_delay: float = 20e-6
+    #: Loss recovery.
+    min_rto: float = 200e-6
+    max_rto: float = 0.5
+    reorder_fraction: float = 0.25
+    #: Consecutive RTOs without any progress before the connection fails.
+    max_rto_retries: int = 10
+    #: No acknowledged progress for this long while data is outstanding: fail.
+    idle_fail_timeout: float = 2.0
+    handshake_timeout: float = 2.0
+    #: Max PSN distance the receiver tracks above its cumulative PSN.
+    psn_window: int = 1 << 16
+    max_message_size: int = 1 << 31
+    #: Largest burst datagrams_to_send() returns per call.
+    max_burst: int = 64
+    #: Seed of EV selection and rotation (connections must not synchronise).
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.planes <= 255:
+            raise ValueError("planes must be 1..255")
+        if self.evs_per_plane < 1:
+            raise ValueError("evs_per_plane must be ≥ 1")
+        if not 64 <= self.payload_size <= 65000:
+            raise ValueError("payload_size must be 64..65000")
+        if self.ack_every < 1:
+            raise ValueError("ack_every must be ≥ 1")

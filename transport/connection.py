@@ -1,0 +1,632 @@
+"""One reliable multipath connection, as a sans-I/O state machine.
+
+Driven by ``receive_datagram(data, rx, now)``, ``handle_timer(now)`` and the
+API calls ``send_message`` / ``close`` / ``reset``; it hands out
+``datagrams_to_send(now)`` as ``(bytes, TxPath)``, ``next_timer()`` and
+events (``next_event()``). It never reads a clock or touches a socket.
+
+The halves live in their own modules: ``sender`` (in-flight table, loss
+inference), ``receiver`` (PSN tracking, SACK/NACK, reassembly), ``paths``
+(EV set and health, chosen by name), ``congestion`` (window and pacing,
+chosen by name). This module wires them together and runs the handshake.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+from congestion import registry as cc_registry
+from congestion.base import AckSample
+from transport.config import ConnectionConfig
+from transport.conn_state import TERMINAL, ConnEvent, ConnState, next_state
+from transport.datagram import RxInfo, TxPath
+from transport.events import (
+    ConnectionClosed,
+    ConnectionEstablished,
+    ConnectionFailed,
+    Event,
+    EvStateChanged,
+    MessageAcked,
+    MessageDelivered,
+)
+from transport.paths import Ev, EvState, PathPolicy, get_policy
+from transport.receiver import Receiver
+from transport.sender import Sender, SentPacket
+from wire.codec import HandshakeCodec, Opener, Packet, Sealer, peek_untrusted
+from wire.constants import CloseReason, Dscp, Flag, NackReason, PacketType
+from wire.errors import WireError
+from wire.keys import derive_connection_keys, new_nonce
+from wire.packets import (
+    Accept,
+    Close,
+    CommonHeader,
+    Data,
+    Init,
+    Nack,
+    Probe,
+    ProbeAck,
+    Reset,
+    Sack,
+)
+
+_DEFAULT_RWND = 0xFFFFFFFF
+#: Per-EV loss score (after UEC's penalty idea): a loss adds, an ACK decays;
+#: a random loss on a healthy EV never reaches the threshold alone.
+_LOSS_PENALTY = 8
+_LOSS_THRESHOLD = 12
+_CLOSE_RETRIES = 5
+
+
+def _us(now: float) -> int:
+    return int(now * 1e6) & 0xFFFFFFFF
+
+
+class Connection:
+    """Use ``Connection.initiate`` or ``Connection.accept`` (via ``Endpoint``)."""
+
+    def __init__(self, *, config: ConnectionConfig, secret: bytes | None, local_cid: int,
+                 now: float, initiator: bool) -> None:
+        self.config = config
+        self.initiator = initiator
+        self.local_cid = local_cid
+        self.remote_cid = 0
+        self.state = ConnState.HANDSHAKING
+        self.failure_reason: str | None = None
+        self._secret = secret
+        self._hs = HandshakeCodec(secret)
+        self._nonce = new_nonce()
+        self._peer_nonce = b""
+        self._sealer: Sealer | None = None
+        self._opener: Opener | None = None
+        self._created = now
+        self._now = now
+        c = config
+        self.paths: PathPolicy = get_policy(
+            c.path_policy, planes=c.planes, evs_per_plane=c.evs_per_plane,
+            seed=c.seed, base_rtt=c.initial_rtt, **c.path_params,
+        )
+        cc_params = {
+            "mtu": c.payload_size, "base_rtt": c.initial_rtt,
+            "line_rate": c.plane_rate * c.planes,
+        } if c.congestion == "nscc" else {}
+        cc_params.update(c.congestion_params)
+        self.cc = cc_registry.get(c.congestion, **cc_params)
+        self.sender = Sender(
+            payload_size=c.payload_size, initial_rtt=c.initial_rtt, min_rto=c.min_rto,
+            max_rto=c.max_rto, reorder_fraction=c.reorder_fraction, ack_delay=c.ack_delay,
+            psn_window=c.psn_window,
+        )
+        self.receiver = Receiver(
+            ack_every=c.ack_every, ack_delay=c.ack_delay, psn_window=c.psn_window,
+            max_message_size=c.max_message_size,
+        )
+        self._events: deque[Event] = deque()
+        self._control: list[tuple[bytes, TxPath]] = []
+        self._rng = random.Random(c.seed ^ local_cid)
+        self._hs_packet: bytes | None = None
+        self._hs_deadline: float | None = None
+        self._hs_tries = 0
+        self._close_deadline: float | None = None
+        self._close_tries = 0
+        self._close_reason = CloseReason.NORMAL
+        self._probe_ids: dict[int, tuple[Ev, float]] = {}
+        self._next_probe_id = 1
+        self._ev_score: dict[int, int] = {}
+        self._plane_heard: list[float] = [now] * c.planes
+        self._ev_states: dict[int, EvState] = {}
+        self._ctl_rr = 0
+        self.sender.last_progress = now
+        self.dropped: dict[str, int] = {}
+        self.trims_fabric = 0
+        self.trims_last_hop = 0
+        self.probes_sent = 0
+
+    # -- construction ------------------------------------------------------------
+
+    @classmethod
+    def initiate(cls, *, config: ConnectionConfig, secret: bytes | None, local_cid: int,
+                 now: float) -> Connection:
+        conn = cls(config=config, secret=secret, local_cid=local_cid, now=now, initiator=True)
+        init = Init(local_cid, conn._nonce, config.planes, config.evs_per_plane,
+                    config.payload_size, _us(now))
+        conn._hs_packet = conn._hs.seal(init, dcid=0)
+        conn._send_handshake(now)
+        return conn
+
+    @classmethod
+    def accept(cls, *, config: ConnectionConfig, secret: bytes | None, local_cid: int,
+               init: Init, now: float) -> Connection:
+        """The responder side, created by an endpoint for an authenticated INIT."""
+        conn = cls(config=config, secret=secret, local_cid=local_cid, now=now, initiator=False)
+        conn.remote_cid = init.src_cid
+        conn._peer_nonce = init.nonce
+        accept = Accept(local_cid, conn._nonce, init.nonce, config.planes,
+                        config.evs_per_plane, config.payload_size, _us(now))
+        conn._hs_packet = conn._hs.seal(accept, dcid=init.src_cid)
+        conn._install_keys(initiator_nonce=init.nonce, responder_nonce=conn._nonce,
+                           initiator_cid=init.src_cid, responder_cid=local_cid)
+        conn._control.append((conn._hs_packet, conn._ctl_path(0)))
+        conn._transition(ConnEvent.INIT_ACCEPTED)
+        conn._events.append(ConnectionEstablished(local_cid, init.src_cid))
+        return conn
+
+    def _install_keys(self, *, initiator_nonce: bytes, responder_nonce: bytes,
+                      initiator_cid: int, responder_cid: int) -> None:
+        if self._secret is None:
+            self._sealer = Sealer(None, dcid=self.remote_cid)
+            self._opener = Opener(None)
+            return
+        keys = derive_connection_keys(
+            self._secret, initiator_nonce=initiator_nonce, responder_nonce=responder_nonce,
+            initiator_cid=initiator_cid, responder_cid=responder_cid,
+        )
+        send, recv = keys.for_initiator() if self.initiator else keys.for_responder()
+        self._sealer = Sealer(send, dcid=self.remote_cid)
+        self._opener = Opener(recv)
+
+    # -- state -------------------------------------------------------------------
+
+    def _transition(self, event: ConnEvent) -> None:
+        self.state = next_state(self.state, event)
+
+    @property
+    def is_established(self) -> bool:
+        return self.state in (ConnState.ESTABLISHED, ConnState.DRAINING)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def _fail(self, event: ConnEvent, reason: str, *, tell_peer: bool, now: float,
+              code: CloseReason = CloseReason.RETRY_BUDGET) -> None:
+        if self.is_terminal:
+            return
+        if tell_peer and self._sealer is not None:
+            self._control.append((self._sealer.seal(Reset(code, self.sender.next_psn)),
+                                  self._ctl_path(0)))
+        self.state = ConnState.FAILED
+        self.failure_reason = reason
+        self._events.append(ConnectionFailed(reason))
+
+    # -- API ---------------------------------------------------------------------
+
+    def send_message(self, data: bytes) -> int:
+        """Queue one message; returns its id. Delivered whole or not at all."""
+        if self.state not in (ConnState.HANDSHAKING, ConnState.ESTABLISHED):
+            raise RuntimeError(f"cannot send in state {self.state.value}")
+        if len(data) > self.config.max_message_size:
+            raise ValueError("message larger than max_message_size")
+        return self.sender.enqueue(data)
+
+    def close(self, now: float) -> None:
+        """Finish sending what is queued, then close with the peer."""
+        if self.state is ConnState.HANDSHAKING:
+            self._transition(ConnEvent.CLOSE_CALLED)
+            self._events.append(ConnectionClosed("closed before the handshake completed"))
+            return
+        if self.state is ConnState.ESTABLISHED:
+            self._transition(ConnEvent.CLOSE_CALLED)
+            self._maybe_send_close(now)
+
+    def reset(self, now: float, reason: str = "reset by application") -> None:
+        self._fail(ConnEvent.RESET_CALLED, reason, tell_peer=True, now=now,
+                   code=CloseReason.SHUTDOWN)
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    # -- paths -------------------------------------------------------------------
+
+    def _ctl_path(self, plane: int) -> TxPath:
+        """Control packets go back on the plane they answer (a dead plane then
+        stays silent, which is what the peer needs to notice), on any EV."""
+        evs = self.paths.ev_set.plane_evs(plane % self.config.planes)
+        self._ctl_rr += 1
+        return TxPath(plane, evs[self._ctl_rr % len(evs)].value, Dscp.CONTROL)
+
+    # -- input -------------------------------------------------------------------
+
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def receive_datagram(self, data: bytes, rx: RxInfo, now: float,
+                         header: CommonHeader | None = None) -> None:
+        self._now = now
+        if self.is_terminal:
+            self._drop("closed")
+            return
+        try:
+            h = header if header is not None else peek_untrusted(data)
+            if h.ptype is PacketType.INIT or h.ptype is PacketType.ACCEPT:
+                self._on_handshake(self._hs.open_untrusted(data, h), rx, now)
+                return
+            if self._opener is None:
+                self._drop("no_keys")
+                return
+            pkt = self._opener.open_untrusted(data, h)
+        except WireError as exc:
+            self._drop(exc.reason)
+            return
+        body = pkt.body
+        if isinstance(body, Data):
+            self._on_data(pkt, body, rx, now)
+        elif isinstance(body, Sack):
+            self._on_sack(body, pkt.header.flags, now)
+        elif isinstance(body, Nack):
+            self._on_nack(body, now)
+        elif isinstance(body, Probe):
+            self._on_probe(body, rx)
+        elif isinstance(body, ProbeAck):
+            self._on_probe_ack(body, now)
+        elif isinstance(body, Close):
+            self._on_close(body, now)
+        elif isinstance(body, Reset):
+            name = CloseReason(body.reason).name if body.reason in CloseReason._value2member_map_ \
+                else str(body.reason)
+            if self.state is ConnState.CLOSING:
+                self._transition(ConnEvent.RESET_RECEIVED)
+                self._events.append(ConnectionClosed("reset by peer while closing"))
+            else:
+                self._fail(ConnEvent.RESET_RECEIVED, f"reset by peer ({name})",
+                           tell_peer=False, now=now)
+
+    def _on_handshake(self, pkt: Packet, rx: RxInfo, now: float) -> None:
+        body = pkt.body
+        if isinstance(body, Init):
+            # The responder already answered this INIT; the ACCEPT was lost.
+            if not self.initiator and body.nonce == self._peer_nonce and self._hs_packet:
+                self._control.append((self._hs_packet, self._ctl_path(rx.plane)))
+            else:
+                self._drop("unexpected_init")
+            return
+        assert isinstance(body, Accept)
+        if not self.initiator or body.echo_nonce != self._nonce:
+            self._drop("unexpected_accept")
+            return
+        if self.state is not ConnState.HANDSHAKING:
+            return  # a duplicate ACCEPT
+        self.remote_cid = body.src_cid
+        self._peer_nonce = body.nonce
+        self._install_keys(initiator_nonce=self._nonce, responder_nonce=body.nonce,
+                           initiator_cid=self.local_cid, responder_cid=body.src_cid)
+        self._hs_deadline = None
+        self._transition(ConnEvent.ACCEPT_RECEIVED)
+        self.sender.last_progress = now
+        self._plane_heard = [now] * self.config.planes
+        self._events.append(ConnectionEstablished(self.local_cid, self.remote_cid))
+
+    def _on_data(self, pkt: Packet, body: Data, rx: RxInfo, now: float) -> None:
+        assert self._sealer is not None
+        r = self.receiver
+        if pkt.trimmed:
+            last_hop = rx.dscp == Dscp.TRIMMED_LAST_HOP
+            if r.in_window(body.psn) and body.psn >= r.cum_psn:
+                nack = r.on_trimmed(body, last_hop=last_hop)
+                self._control.append((self._sealer.seal(nack), self._ctl_path(rx.plane)))
+            return
+        if not r.in_window(body.psn):
+            nack = r.out_of_window_nack(body)
+            self._control.append((self._sealer.seal(nack), self._ctl_path(rx.plane)))
+            return
+        assert pkt.payload is not None
+        try:
+            urgent = r.on_data(body, pkt.payload, ce=rx.ce, now=now,
+                               ack_req=bool(pkt.header.flags & Flag.ACK_REQ))
+        except ValueError:
+            self._drop("message_too_large")
+            return
+        for msg_id, data in r.take_delivered():
+            self._events.append(MessageDelivered(msg_id, data))
+        if urgent:
+            self._send_sack(now)
+
+    def _send_sack(self, now: float) -> None:
+        assert self._sealer is not None
+        due = self.receiver.make_sack(_DEFAULT_RWND, now, self.sender.rtt.srtt)
+        if due is None:
+            return
+        flags = Flag.ECN_ECHO if due.ecn_echo else 0
+        self._control.append((self._sealer.seal(due.sack, flags=flags), self._ctl_path(due.plane)))
+
+    def _heard(self, ev: Ev, now: float) -> None:
+        self._plane_heard[ev.plane] = now
+
+    def _on_sack(self, sack: Sack, flags: int, now: float) -> None:
+        res = self.sender.on_sack(sack, now=now, now_us=_us(now))
+        ecn = bool(flags & Flag.ECN_ECHO)
+        scores = self._ev_score
+        for p in res.newly_acked:
+            ev = p.ev
+            if ev is None:
+                continue
+            is_sample = p is res.sampled
+            self.paths.on_ack(ev, now, ecn and ev.value == sack.echo_ev,
+                              res.rtt if is_sample else None)
+            self._plane_heard[ev.plane] = now
+            s = scores.get(ev.value)
+            if s:
+                scores[ev.value] = s - 1
+        acked = sum(p.length for p in res.newly_acked)
+        if acked or ecn:
+            self.cc.on_ack(AckSample(
+                now=now, acked_bytes=acked, rtt=res.rtt, ecn=ecn, ev=sack.echo_ev,
+                plane=sack.plane, in_flight=self.sender.bytes_in_flight,
+            ))
+        for msg_id, size in res.messages_acked:
+            self._events.append(MessageAcked(msg_id, size))
+        self._on_lost(res.lost, now, timeout=False)
+        self._note_ev_changes()
+        if self.state is ConnState.DRAINING:
+            self._maybe_send_close(now)
+
+    def _on_lost(self, lost: list[SentPacket], now: float, *, timeout: bool) -> None:
+        if not lost:
+            return
+        self.cc.on_loss(now=now, lost_bytes=sum(p.length for p in lost))
+        for p in lost:
+            ev = p.ev
+            if ev is None:
+                continue
+            # A plane silent since this packet left is dead-ish: act at once.
+            # Otherwise one loss is noise; repeated losses on one EV are not.
+            silent = self._plane_heard[ev.plane] < p.sent_time
+            score = self._ev_score.get(ev.value, 0) + _LOSS_PENALTY
+            if timeout or silent or score >= _LOSS_THRESHOLD:
+                self.paths.on_loss(ev, now)
+                score = 0
+            self._ev_score[ev.value] = score
+
+    def _on_nack(self, nack: Nack, now: float) -> None:
+        if nack.reason in (NackReason.TRIMMED, NackReason.TRIMMED_LAST_HOP):
+            last_hop = nack.reason == NackReason.TRIMMED_LAST_HOP
+            p = self.sender.on_nack_trimmed(nack.psn, nack.echo_ts)
+            if p is None:
+                return
+            if last_hop:
+                self.trims_last_hop += 1
+            else:
+                self.trims_fabric += 1
+            self.cc.on_nack(now=now, trimmed_bytes=p.length, last_hop=last_hop)
+            if p.ev is not None:
+                self._plane_heard[p.ev.plane] = now
+                self.paths.on_trim(p.ev, now, last_hop)
+            self._note_ev_changes()
+        elif nack.reason == NackReason.OUT_OF_WINDOW:
+            self._drop("nack_out_of_window")
+
+    def _on_probe(self, probe: Probe, rx: RxInfo) -> None:
+        assert self._sealer is not None
+        ack = ProbeAck(probe.probe_id, probe.ev, self.receiver.cum_psn, probe.timestamp,
+                       probe.plane)
+        self._control.append((self._sealer.seal(ack), self._ctl_path(rx.plane)))
+
+    def _on_probe_ack(self, ack: ProbeAck, now: float) -> None:
+        entry = self._probe_ids.pop(ack.probe_id, None)
+        if entry is None:
+            self._drop("stale_probe_ack")
+            return
+        ev, sent = entry
+        self._plane_heard[ev.plane] = now
+        self.paths.on_probe_ack(ev, now, now - sent)
+        self._note_ev_changes()
+
+    def _on_close(self, close: Close, now: float) -> None:
+        assert self._sealer is not None
+        if self.state is not ConnState.CLOSING:
+            self._control.append((self._sealer.seal(Close(CloseReason.NORMAL,
+                                                          self.sender.next_psn)),
+                                  self._ctl_path(0)))
+        pending = self.sender.has_pending
+        self._transition(ConnEvent.CLOSE_RECEIVED)
+        self._close_deadline = None
+        reason = "closed" if self.initiator_of_close else "closed by peer"
+        if pending:
+            reason += " with unsent data discarded"
+        self._events.append(ConnectionClosed(reason))
+
+    @property
+    def initiator_of_close(self) -> bool:
+        return self._close_tries > 0
+
+    def _maybe_send_close(self, now: float) -> None:
+        if self.state is ConnState.DRAINING and not self.sender.has_pending:
+            self._transition(ConnEvent.ALL_ACKED)
+            self._send_close(now)
+
+    def _send_close(self, now: float) -> None:
+        assert self._sealer is not None
+        self._close_tries += 1
+        pkt = self._sealer.seal(Close(self._close_reason, self.sender.next_psn))
+        self._control.append((pkt, self._ctl_path(self._close_tries)))
+        self._close_deadline = now + max(4 * self.sender.rtt.srtt, self.config.min_rto) * (
+            1 << self._close_tries)
+
+    def _note_ev_changes(self) -> None:
+        """Report EV state changes as events (cheap: only EVs that moved)."""
+        seen = self._ev_states
+        for ev in self.paths.evs:
+            old = seen.get(ev.value, EvState.GOOD)
+            if ev.state is not old:
+                seen[ev.value] = ev.state
+                self._events.append(EvStateChanged(ev.plane, ev.value, old.value,
+                                                   ev.state.value))
+
+    # -- timers ------------------------------------------------------------------
+
+    def _send_handshake(self, now: float) -> None:
+        assert self._hs_packet is not None
+        # Each retry goes out on the next plane: a dead plane cannot block it.
+        plane = self._hs_tries % self.config.planes
+        self._control.append((self._hs_packet, self._ctl_path(plane)))
+        self._hs_tries += 1
+        wait = max(4 * self.config.initial_rtt, self.config.min_rto) * (1 << min(self._hs_tries, 12))
+        self._hs_deadline = now + wait
+
+    def next_timer(self) -> float | None:
+        if self.is_terminal:
+            return None
+        if self.state is ConnState.HANDSHAKING:
+            return self._hs_deadline
+        s = self.sender
+        cands = [
+            self.receiver.timer(), s.loss_timer(), s.rto_deadline(), self.paths.next_timer(),
+            self._close_deadline,
+        ]
+        if s.has_pending:
+            cands.append(s.last_progress + self.config.idle_fail_timeout)
+        if (s.retx_queue or s.has_new_data) and self.cc.can_send(
+            in_flight=s.bytes_in_flight, size=self.config.payload_size
+        ):
+            # Only a pacing wait is a timer; if we could send now and did not,
+            # something else (no usable EV, PSN window) blocks, with its own timer.
+            t = self.cc.next_send_time(now=self._now, size=self.config.payload_size)
+            if t > self._now:
+                cands.append(t)
+        return min((t for t in cands if t is not None), default=None)
+
+    def handle_timer(self, now: float) -> None:
+        self._now = now
+        if self.is_terminal:
+            return
+        if self.state is ConnState.HANDSHAKING:
+            if self._hs_deadline is not None and now >= self._hs_deadline and self.initiator:
+                if now - self._created >= self.config.handshake_timeout:
+                    self._fail(ConnEvent.HANDSHAKE_TIMEOUT,
+                               f"peer unreachable: no answer to the handshake after "
+                               f"{self._hs_tries} tries in {now - self._created:.3f}s",
+                               tell_peer=False, now=now)
+                else:
+                    self._send_handshake(now)
+            return
+        if self.receiver.timer_due(now):
+            self._send_sack(now)
+        s = self.sender
+        lt = s.loss_timer()
+        if lt is not None and now >= lt:
+            self._on_lost(s.detect_losses(now), now, timeout=False)
+        rd = s.rto_deadline()
+        if rd is not None and now >= rd:
+            lost = s.on_rto(now)
+            if lost:
+                self.cc.on_timeout(now=now)
+                self._on_lost(lost, now, timeout=True)
+            if s.consecutive_rtos > self.config.max_rto_retries:
+                self._fail(ConnEvent.RETRY_BUDGET_SPENT,
+                           f"retry budget spent: {s.consecutive_rtos} consecutive timeouts "
+                           f"without progress", tell_peer=True, now=now)
+                return
+        if s.has_pending and now - s.last_progress >= self.config.idle_fail_timeout:
+            self._fail(ConnEvent.RETRY_BUDGET_SPENT,
+                       f"no acknowledgement for {now - s.last_progress:.3f}s "
+                       f"(parked planes: {self.paths.parked_planes()})", tell_peer=True, now=now)
+            return
+        if self._close_deadline is not None and now >= self._close_deadline:
+            if self._close_tries >= _CLOSE_RETRIES:
+                self._transition(ConnEvent.CLOSE_TIMEOUT)
+                self._close_deadline = None
+                self._events.append(ConnectionClosed("closed (peer did not confirm)"))
+            else:
+                self._send_close(now)
+        self._note_ev_changes()
+
+    # -- output ------------------------------------------------------------------
+
+    def _send_probes(self, now: float, out: list[tuple[bytes, TxPath]]) -> None:
+        assert self._sealer is not None
+        for ev in self.paths.due_probes(now):
+            pid = self._next_probe_id
+            self._next_probe_id = (pid + 1) & 0xFFFFFFFF or 1
+            self._probe_ids[pid] = (ev, now)
+            probe = Probe(pid, ev.value, self.sender.cum_acked, _us(now), ev.plane)
+            out.append((self._sealer.seal(probe), TxPath(ev.plane, ev.value, Dscp.CONTROL)))
+            self.paths.on_probe_sent(ev, now)
+            self.probes_sent += 1
+        if len(self._probe_ids) > 4096:  # answers that never came
+            for pid in list(self._probe_ids)[:2048]:
+                del self._probe_ids[pid]
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, TxPath]]:
+        self._now = now
+        out = self._control
+        self._control = []
+        if not self.is_established and self.state is not ConnState.CLOSING:
+            return out
+        if self.state is ConnState.CLOSING:
+            return out
+        self._send_probes(now, out)
+        s, cc, cfg = self.sender, self.cc, self.config
+        sealer = self._sealer
+        assert sealer is not None
+        size = cfg.payload_size
+        budget = cfg.max_burst
+        while budget > 0 and (s.retx_queue or s.has_new_data):
+            if not cc.can_send(in_flight=s.bytes_in_flight, size=size):
+                break
+            if cc.next_send_time(now=now, size=size) > now:
+                break
+            item = s.next_packet()
+            if item is None:
+                break
+            p, payload = item
+            retx = p.transmissions > 0
+            ev = self._pick_ev(now, p.ev if retx else None)
+            if ev is None:
+                s.retx_queue.appendleft(p)
+                break
+            ts = _us(now)
+            flags = (Flag.RETX if retx else 0) | (Flag.LAST if p.last else 0)
+            if not s.has_new_data and not s.retx_queue:
+                flags |= Flag.ACK_REQ  # the tail: don't make the receiver wait
+            dgram = sealer.seal_data(
+                psn=p.psn, ev=ev.value, plane=ev.plane, msg_id=p.msg_id, msg_offset=p.offset,
+                msg_len=p.msg_len, timestamp=ts, payload=payload, flags=flags,
+            )
+            out.append((dgram, TxPath(ev.plane, ev.value, Dscp.RETX if retx else Dscp.DATA)))
+            s.on_sent(p, ev=ev, ev_key=(ev.plane << 16) | ev.value, now=now, timestamp=ts)
+            cc.on_sent(now=now, size=len(payload))
+            budget -= 1
+        return out
+
+    def _pick_ev(self, now: float, avoid: Ev | None) -> Ev | None:
+        ev = self.paths.next_ev(now, avoid)
+        if avoid is None or ev is None or ev.plane != avoid.plane:
+            return ev
+        # A retransmission after a loss prefers another plane if the lost
+        # packet's plane has gone quiet (it may be dying).
+        if self._plane_heard[avoid.plane] < now - 2 * self.sender.rtt.srtt:
+            for _ in range(self.config.planes):
+                alt = self.paths.next_ev(now, avoid)
+                if alt is None or alt.plane != avoid.plane:
+                    return alt or ev
+        return ev
+
+    # -- introspection -----------------------------------------------------------
+
+    def stats(self) -> dict[str, object]:
+        s, r = self.sender, self.receiver
+        return {
+            "state": self.state.value,
+            "local_cid": self.local_cid,
+            "remote_cid": self.remote_cid,
+            "packets_sent": s.packets_sent,
+            "retransmissions": s.retransmissions,
+            "lost_by_ev_order": s.lost_by_ev_order,
+            "lost_by_time": s.lost_by_time,
+            "lost_by_rto": s.lost_by_rto,
+            "rtos": s.lost_by_rto,
+            "nacks_received": s.nacks,
+            "trims_fabric": self.trims_fabric,
+            "trims_last_hop": self.trims_last_hop,
+            "bytes_acked": s.bytes_acked,
+            "bytes_received": r.bytes_received,
+            "duplicates_received": r.duplicates,
+            "trimmed_received_fabric": r.trimmed_fabric,
+            "trimmed_received_last_hop": r.trimmed_last_hop,
+            "srtt": s.rtt.srtt,
+            "min_rtt": s.rtt.min_rtt,
+            "cwnd": self.cc.cwnd,
+            "probes_sent": self.probes_sent,
+            "parked_planes": self.paths.parked_planes(),
+            "dropped": dict(self.dropped),
+        }

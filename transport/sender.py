@@ -1,0 +1,333 @@
+"""The sending half of a connection: segmentation, the in-flight table,
+SACK/NACK processing and loss inference that survives spraying.
+
+Loss rules (never a fixed duplicate-ACK count, which collapses under
+spraying — aioquic #42, quinn #2711):
+- per-EV order: a packet is lost if a packet sent *later on the same EV* was
+  acknowledged (one EV is one FIFO path);
+- time (RACK-like): a packet is lost if something sent after it was
+  acknowledged and it has been out longer than its path's RTT plus a reorder
+  window;
+- RTO with exponential backoff as the last resort;
+- a trimmed-header NACK retransmits at once.
+Retransmissions keep their PSN (the receiver's cumulative PSN must be able to
+advance) but are sealed under a fresh counter and carry a fresh timestamp,
+which the SACK echoes, so RTT samples are never ambiguous.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from wire.packets import Sack
+
+#: How far a SACK's bitmap reaches.
+_BITMAP_BITS = 64
+
+
+@dataclass(slots=True, eq=False)
+class SentPacket:
+    psn: int
+    msg_id: int
+    offset: int
+    length: int
+    msg_len: int
+    last: bool
+    ev: Any = None
+    sent_time: float = 0.0
+    timestamp: int = 0
+    seq: int = 0
+    transmissions: int = 0
+    acked: bool = False
+
+
+@dataclass(slots=True)
+class _Outbound:
+    msg_id: int
+    data: memoryview
+    next_offset: int = 0
+
+
+@dataclass(slots=True)
+class AckResult:
+    """What one SACK taught the sender."""
+
+    newly_acked: list[SentPacket] = field(default_factory=list)
+    lost: list[SentPacket] = field(default_factory=list)
+    messages_acked: list[tuple[int, int]] = field(default_factory=list)
+    rtt: float | None = None
+    sampled: SentPacket | None = None
+
+
+class RttEstimator:
+    """RFC 6298 smoothing plus a windowless minimum (the base RTT)."""
+
+    __slots__ = ("min_rtt", "rttvar", "srtt")
+
+    def __init__(self, initial: float) -> None:
+        self.srtt = initial
+        self.rttvar = initial / 2
+        self.min_rtt = float("inf")
+
+    def update(self, sample: float) -> None:
+        if self.min_rtt == float("inf"):
+            self.srtt, self.rttvar = sample, sample / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
+            self.srtt = 0.875 * self.srtt + 0.125 * sample
+        self.min_rtt = min(self.min_rtt, sample)
+
+
+class Sender:
+    """Everything about data we sent; paths and congestion live elsewhere."""
+
+    def __init__(self, *, payload_size: int, initial_rtt: float, min_rto: float,
+                 max_rto: float, reorder_fraction: float, ack_delay: float,
+                 psn_window: int) -> None:
+        self.payload_size = payload_size
+        self.min_rto = min_rto
+        self.max_rto = max_rto
+        self.reorder_fraction = reorder_fraction
+        self.ack_delay = ack_delay
+        self.psn_window = psn_window
+        self.rtt = RttEstimator(initial_rtt)
+        self.next_psn = 0
+        self.next_msg_id = 1
+        self.cum_acked = 0
+        self.inflight: dict[int, SentPacket] = {}
+        self.bytes_in_flight = 0
+        self.retx_queue: deque[SentPacket] = deque()
+        self._outbound: deque[_Outbound] = deque()
+        self._msg_segments: dict[int, int] = {}
+        self._msg_size: dict[int, int] = {}
+        self._seq = 0
+        self.largest_acked_seq = -1
+        self._ev_acked_seq: dict[int, int] = {}
+        self.rto_backoff = 0
+        self.consecutive_rtos = 0
+        self.last_progress = 0.0
+        self.ev_rtt: dict[int, float] = {}
+        # Payload views kept per PSN until acked, so retransmissions can re-read them.
+        self._payloads: dict[int, memoryview] = {}
+        self._ev_key_of: dict[int, int] = {}
+        # Counters for stats.
+        self.packets_sent = 0
+        self.retransmissions = 0
+        self.lost_by_ev_order = 0
+        self.lost_by_time = 0
+        self.lost_by_rto = 0
+        self.nacks = 0
+        self.bytes_acked = 0
+
+    # -- application data --------------------------------------------------------
+
+    def enqueue(self, data: bytes) -> int:
+        msg_id = self.next_msg_id
+        self.next_msg_id = (msg_id + 1) & 0xFFFFFFFF or 1
+        self._outbound.append(_Outbound(msg_id, memoryview(data)))
+        self._msg_segments[msg_id] = max(1, -(-len(data) // self.payload_size))
+        self._msg_size[msg_id] = len(data)
+        return msg_id
+
+    @property
+    def has_new_data(self) -> bool:
+        return bool(self._outbound)
+
+    @property
+    def has_pending(self) -> bool:
+        """Anything not yet acknowledged (queued, lost or in flight)?"""
+        return bool(self._outbound or self.retx_queue or self.inflight)
+
+    @property
+    def psn_window_open(self) -> bool:
+        return self.next_psn - self.cum_acked < self.psn_window
+
+    def next_packet(self) -> tuple[SentPacket, bytes] | None:
+        """The next segment to send: retransmissions first, then new data."""
+        while self.retx_queue:
+            p = self.retx_queue.popleft()
+            if p.acked:
+                continue
+            return p, self._payload_of(p)
+        if not self._outbound or not self.psn_window_open:
+            return None
+        ob = self._outbound[0]
+        total = len(ob.data)
+        off = ob.next_offset
+        n = min(self.payload_size, total - off)
+        end = off + n
+        p = SentPacket(self.next_psn, ob.msg_id, off, n, total, end >= total)
+        self.next_psn += 1
+        self._payloads[p.psn] = ob.data
+        if end >= total:
+            self._outbound.popleft()
+        else:
+            ob.next_offset = end
+        return p, bytes(ob.data[off:end])
+
+    def _payload_of(self, p: SentPacket) -> bytes:
+        return bytes(self._payloads[p.psn][p.offset : p.offset + p.length])
+
+    def on_sent(self, p: SentPacket, *, ev: Any, ev_key: int, now: float, timestamp: int) -> None:
+        if p.transmissions:
+            self.retransmissions += 1
+        self.bytes_in_flight += p.length
+        p.ev = ev
+        p.sent_time = now
+        p.timestamp = timestamp
+        p.seq = self._seq
+        self._seq += 1
+        p.transmissions += 1
+        self._ev_key_of[p.psn] = ev_key
+        self.inflight[p.psn] = p
+        self.packets_sent += 1
+
+    # -- acknowledgements --------------------------------------------------------
+
+    def _ack(self, p: SentPacket, res: AckResult) -> None:
+        p.acked = True
+        del self.inflight[p.psn]
+        self.bytes_in_flight -= p.length
+        self.bytes_acked += p.length
+        self._payloads.pop(p.psn, None)
+        key = self._ev_key_of.pop(p.psn, -1)
+        if p.seq > self._ev_acked_seq.get(key, -1):
+            self._ev_acked_seq[key] = p.seq
+        if p.seq > self.largest_acked_seq:
+            self.largest_acked_seq = p.seq
+        left = self._msg_segments[p.msg_id] - 1
+        if left:
+            self._msg_segments[p.msg_id] = left
+        else:
+            del self._msg_segments[p.msg_id]
+            res.messages_acked.append((p.msg_id, self._msg_size.pop(p.msg_id)))
+        res.newly_acked.append(p)
+
+    def on_sack(self, sack: Sack, *, now: float, now_us: int) -> AckResult:
+        res = AckResult()
+        inflight = self.inflight
+        if sack.cum_psn > self.cum_acked:
+            # PSNs below cum_psn: walk the in-flight table only over that range.
+            if sack.cum_psn - self.cum_acked <= len(inflight):
+                for psn in range(self.cum_acked, sack.cum_psn):
+                    p = inflight.get(psn)
+                    if p is not None:
+                        self._ack(p, res)
+            else:
+                for p in [q for q in inflight.values() if q.psn < sack.cum_psn]:
+                    self._ack(p, res)
+            self.cum_acked = sack.cum_psn
+        bm = sack.bitmap
+        base = sack.bitmap_base
+        while bm:
+            low = bm & -bm
+            p = inflight.get(base + low.bit_length() - 1)
+            if p is not None:
+                self._ack(p, res)
+            bm ^= low
+        p = inflight.get(sack.ack_psn)
+        if p is not None:
+            self._ack(p, res)
+        # RTT from the echoed timestamp of the packet that triggered the SACK.
+        sampled = next((q for q in res.newly_acked if q.psn == sack.ack_psn), None)
+        if sampled is not None and sampled.timestamp == sack.echo_ts:
+            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+            if 0 < rtt < 60:
+                self.rtt.update(rtt)
+                key = (sampled.ev.plane << 16) | sampled.ev.value if sampled.ev else -1
+                old = self.ev_rtt.get(key)
+                self.ev_rtt[key] = rtt if old is None else 0.75 * old + 0.25 * rtt
+                res.rtt = rtt
+                res.sampled = sampled
+        if res.newly_acked:
+            self.last_progress = now
+            self.rto_backoff = 0
+            self.consecutive_rtos = 0
+        res.lost = self.detect_losses(now)
+        return res
+
+    # -- loss inference ----------------------------------------------------------
+
+    def _threshold(self, key: int) -> float:
+        base = max(self.ev_rtt.get(key, 0.0), self.rtt.srtt)
+        return base * (1 + self.reorder_fraction) + self.ack_delay + 2 * self.rtt.rttvar
+
+    def detect_losses(self, now: float) -> list[SentPacket]:
+        lost: list[SentPacket] = []
+        largest = self.largest_acked_seq
+        ev_acked = self._ev_acked_seq
+        keys = self._ev_key_of
+        for p in self.inflight.values():
+            if p.seq > largest:
+                break
+            key = keys[p.psn]
+            if p.seq < ev_acked.get(key, -1):
+                self.lost_by_ev_order += 1
+                lost.append(p)
+            elif now - p.sent_time >= self._threshold(key):
+                self.lost_by_time += 1
+                lost.append(p)
+        for p in lost:
+            self._mark_lost(p)
+        return lost
+
+    def loss_timer(self) -> float | None:
+        """When the time rule may next declare a loss."""
+        largest = self.largest_acked_seq
+        for p in self.inflight.values():
+            if p.seq > largest:
+                return None
+            return p.sent_time + self._threshold(self._ev_key_of[p.psn])
+        return None
+
+    def _mark_lost(self, p: SentPacket) -> None:
+        del self.inflight[p.psn]
+        self.bytes_in_flight -= p.length
+        self.retx_queue.append(p)
+
+    def on_nack_trimmed(self, psn: int, echo_ts: int) -> SentPacket | None:
+        """A trimmed header: retransmit at once (if that transmission is still ours)."""
+        p = self.inflight.get(psn)
+        if p is None or p.timestamp != echo_ts:
+            return None
+        self.nacks += 1
+        del self.inflight[psn]
+        self.bytes_in_flight -= p.length
+        # Served before the rest of the retransmissions: the receiver is waiting.
+        self.retx_queue.appendleft(p)
+        return p
+
+    def rto(self) -> float:
+        base = max(self.min_rto, self.rtt.srtt + 4 * self.rtt.rttvar + self.ack_delay)
+        return min(self.max_rto, base * (1 << self.rto_backoff))
+
+    def rto_deadline(self) -> float | None:
+        for p in self.inflight.values():
+            return p.sent_time + self.rto()
+        return None
+
+    def on_rto(self, now: float) -> list[SentPacket]:
+        """Everything out longer than the RTO is lost; back the timer off."""
+        rto = self.rto()
+        lost = [p for p in self.inflight.values() if now - p.sent_time >= rto]
+        for p in lost:
+            self._mark_lost(p)
+        self.lost_by_rto += len(lost)
+        if lost:
+            self.rto_backoff = min(self.rto_backoff + 1, 16)
+            self.consecutive_rtos += 1
+        return lost
+
+    def ev_acked_since(self, p: SentPacket) -> bool:
+        """Did p's EV deliver anything sent after p? (then the EV is alive)."""
+        return self._ev_acked_seq.get(self._key(p), -1) > p.seq
+
+    @staticmethod
+    def _key(p: SentPacket) -> int:
+        return (p.ev.plane << 16) | p.ev.value if p.ev is not None else -1
+
+    def iter_inflight(self) -> Iterator[SentPacket]:
+        return iter(self.inflight.values())
