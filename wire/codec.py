@@ -54,9 +54,14 @@ from wire.packets import (
 )
 
 _NONCE: Final = struct.Struct("!IHHI")
+_NONCE_PAD: Final = bytes(4)
+#: Common header + DATA body in one struct: one pack per DATA packet on the hot path.
+_DATA_HEADER: Final = struct.Struct(COMMON.format + DATA_BODY.format.lstrip("!"))
+#: Plain ints: ``int & IntFlag`` goes through Python-level enum code, costly per packet.
+_PLAINTEXT: Final = int(Flag.PLAINTEXT)
+
 _ZERO_TAG: Final = bytes(HEADER_TAG_LEN)
 _DATA_WORDS: Final = HEADER_WORDS[PacketType.DATA]
-_DATA_HLEN: Final = _DATA_WORDS * 4
 _TYPES: Final = {int(t): t for t in PacketType}
 _HANDSHAKE_TYPES: Final = frozenset({PacketType.INIT, PacketType.ACCEPT})
 _NACK_REASONS: Final = frozenset(int(r) for r in NackReason)
@@ -173,7 +178,7 @@ class Sealer:
         if body.TYPE in _HANDSHAKE_TYPES:
             raise ValueError("INIT/ACCEPT are sealed by HandshakeCodec")
         c = self._next_counter()
-        flags |= Flag.PLAINTEXT if self.plaintext else 0
+        flags = (flags & ~_PLAINTEXT) | (_PLAINTEXT if self.plaintext else 0)
         words = HEADER_WORDS[body.TYPE]
         header = COMMON.pack(
             VERSION, body.TYPE, flags, words, self.dcid, self.epoch, c >> 32, c & 0xFFFFFFFF
@@ -189,19 +194,22 @@ class Sealer:
     ) -> bytes:
         """The hot path: a DATA datagram without building a ``Data`` object."""
         c = self._next_counter()
-        hi, lo = c >> 32, c & 0xFFFFFFFF
-        header = bytearray(_DATA_HLEN)
-        flags |= Flag.PLAINTEXT if self.plaintext else 0
-        COMMON.pack_into(header, 0, VERSION, 3, flags, _DATA_WORDS, self.dcid, self.epoch, hi, lo)
-        DATA_BODY.pack_into(
-            header, COMMON_HEADER_LEN, psn, ev, plane, 0, len(payload), msg_id, msg_offset,
-            msg_len, timestamp,
-        )
         if self._hdr is None or self._pay is None:
-            return bytes(header) + _ZERO_TAG + payload
-        nonce = _NONCE.pack(0, self.epoch, hi, lo)
-        header += self._hdr.encrypt(nonce, b"", header)
-        return bytes(header) + self._pay.encrypt(nonce, payload, header)
+            header = _DATA_HEADER.pack(
+                VERSION, 3, flags | _PLAINTEXT, _DATA_WORDS, self.dcid, self.epoch, c >> 32,
+                c & 0xFFFFFFFF, psn, ev, plane, 0, len(payload), msg_id, msg_offset, msg_len,
+                timestamp,
+            )
+            return header + _ZERO_TAG + payload
+        header = _DATA_HEADER.pack(
+            VERSION, 3, flags & ~_PLAINTEXT, _DATA_WORDS, self.dcid, self.epoch, c >> 32,
+            c & 0xFFFFFFFF, psn, ev, plane, 0, len(payload), msg_id, msg_offset, msg_len,
+            timestamp,
+        )
+        # The nonce is 4 zero bytes + the header's epoch and counter (bytes 8..15).
+        nonce = _NONCE_PAD + header[8:16]
+        aad = header + self._hdr.encrypt(nonce, b"", header)
+        return aad + self._pay.encrypt(nonce, payload, aad)
 
 
 class Opener:
@@ -227,22 +235,29 @@ class Opener:
         a switch: it is accepted on the strength of its header tag alone.
         """
         h = header if header is not None else peek_untrusted(data)
-        if h.ptype in _HANDSHAKE_TYPES:
-            raise WireError("type", f"{h.ptype.name} outside the handshake")
+        ptype = h.ptype
+        if ptype in _HANDSHAKE_TYPES:
+            raise WireError("type", f"{ptype.name} outside the handshake")
         if h.epoch != self.epoch:
             raise WireError("epoch", f"key epoch {h.epoch}, expected {self.epoch}")
-        if bool(h.flags & Flag.PLAINTEXT) != self.plaintext:
+        if bool(h.flags & _PLAINTEXT) != self.plaintext:
             raise WireError(
                 "plaintext",
                 "plaintext packet on an encrypted connection" if not self.plaintext
                 else "encrypted packet on a plaintext connection",
             )
-        self.replay.check(h.counter)
-        cut = h.header_len + HEADER_TAG_LEN
-        body = unpack_body(h.ptype, data, COMMON_HEADER_LEN)
+        counter = h.counter
+        replay = self.replay
+        if counter <= replay.highest:
+            replay.check(counter)
+        hlen = h.header_words * 4
+        cut = hlen + HEADER_TAG_LEN
+        body = unpack_body(ptype, data, COMMON_HEADER_LEN)
         payload: bytes | None = None
         trimmed = False
+        is_data = False
         if isinstance(body, Data):
+            is_data = True
             extra = len(data) - cut
             expect = body.payload_len + (0 if self._pay is None else PAYLOAD_TAG_LEN)
             if extra == 0 and expect > 0:
@@ -252,21 +267,22 @@ class Opener:
                     "payload_len", f"{extra} payload bytes, header says {body.payload_len}"
                 )
         elif len(data) != cut:
-            raise WireError("payload_len", f"{len(data) - cut} trailing bytes on {h.ptype.name}")
+            raise WireError("payload_len", f"{len(data) - cut} trailing bytes on {ptype.name}")
         if self._hdr is not None and self._pay is not None:
-            nonce = _NONCE.pack(0, h.epoch, h.counter >> 32, h.counter & 0xFFFFFFFF)
+            # 4 zero bytes + epoch + counter, as sent (the epoch was checked above).
+            nonce = _NONCE.pack(0, h.epoch, counter >> 32, counter & 0xFFFFFFFF)
             try:
-                if isinstance(body, Data) and not trimmed:
+                if is_data and not trimmed:
                     # One AEAD check covers header, header tag and payload.
                     payload = self._pay.decrypt(nonce, data[cut:], data[:cut])
                 else:
-                    self._hdr.decrypt(nonce, data[h.header_len:cut], data[: h.header_len])
+                    self._hdr.decrypt(nonce, data[hlen:cut], data[:hlen])
             except InvalidTag:
-                raise WireError("tag", f"{h.ptype.name} failed authentication") from None
-        elif isinstance(body, Data) and not trimmed:
+                raise WireError("tag", f"{ptype.name} failed authentication") from None
+        elif is_data and not trimmed:
             payload = data[cut:]
         _check_body(body)
-        self.replay.commit(h.counter)
+        replay.commit(counter)
         return Packet(h, body, payload, trimmed)
 
 
@@ -294,7 +310,7 @@ class HandshakeCodec:
             isinstance(body, Accept) and len(body.echo_nonce) != NONCE_LEN
         ):
             raise ValueError("handshake nonces are 16 bytes")
-        flags |= Flag.PLAINTEXT if self._key is None else 0
+        flags = (flags & ~_PLAINTEXT) | (_PLAINTEXT if self._key is None else 0)
         words = HEADER_WORDS[body.TYPE]
         header = COMMON.pack(VERSION, body.TYPE, flags, words, dcid, 0, 0, 0) + pack_body(body)
         return header + (_ZERO_TAG if self._key is None else self._tag(header))
@@ -306,7 +322,7 @@ class HandshakeCodec:
         cut = h.header_len + HEADER_TAG_LEN
         if len(data) != cut:
             raise WireError("payload_len", f"{len(data) - cut} trailing bytes on {h.ptype.name}")
-        if bool(h.flags & Flag.PLAINTEXT) != (self._key is None):
+        if bool(h.flags & _PLAINTEXT) != (self._key is None):
             raise WireError("plaintext", "handshake security mode does not match")
         if self._key is not None and not hmac.compare_digest(
             self._tag(data[: h.header_len]), data[h.header_len:cut]

@@ -458,3 +458,11 @@ def test_window_matches_model(seq: list[int]) -> None:
         if ok:
             seen.add(c)
             highest = max(highest, c)
+
+
+def test_caller_cannot_mislabel_the_security_mode() -> None:
+    """A PLAINTEXT bit passed by a caller must not make an encrypted packet unreadable."""
+    raw = Sealer(SEND, dcid=2).seal(Close(0, 1), flags=Flag.PLAINTEXT | Flag.RETX)
+    assert _opener().open_untrusted(raw).header.flags == Flag.RETX
+    hs = HandshakeCodec(SECRET).seal(Init(1, bytes(16), 2, 16, 1500, 0), dcid=0, flags=0x80)
+    assert HandshakeCodec(SECRET).open_untrusted(hs).header.flags == 0
