@@ -46,7 +46,10 @@ def command(target: Target, *, backend: str, port: int = UDP_PORT, count: int | 
             duration: float | None = None) -> list[str]:
     """The argv that captures ``target`` (inside its namespace)."""
     if backend == "tcpdump":
-        argv = ["tcpdump", "-n", "-U", "-s", "0", "-Z", "root", "-i", target.iface or "any",
+        # --immediate-mode: without it libpcap holds packets in a ring block for up
+        # to a second, and a SIGINT in that second loses them.
+        argv = ["tcpdump", "-n", "-U", "--immediate-mode", "-s", "0", "-Z", "root",
+                "-i", target.iface or "any",
                 "-w", str(target.output)]
         if count is not None:
             argv += ["-c", str(count)]
