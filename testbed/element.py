@@ -52,6 +52,7 @@ ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
+PACKET_STATISTICS = 6
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
 ETH_HLEN = 14
@@ -121,7 +122,8 @@ class Port:
         self.busy_until = 0.0
         self.wire: deque[tuple[float, bytes | bytearray]] = deque()  # propagation delay line
         self.c = {"rx": 0, "enqueued": 0, "trimmed": 0, "marked": 0, "dropped": 0, "lost": 0,
-                  "blackholed": 0, "sent": 0, "tx_errors": 0, "max_depth": 0}
+                  "blackholed": 0, "sent": 0, "tx_errors": 0, "max_depth": 0,
+                  "rx_overflow": 0}
 
     # -- arrival -----------------------------------------------------------
     def arrive(self, frame: bytes, now: float) -> None:
@@ -278,6 +280,13 @@ class Element:
         self.started = time.time()
 
     def write_stats(self) -> None:
+        # Frames the kernel dropped because we did not read fast enough never
+        # reach arrive(): count them from the packet socket (reading resets it).
+        for sock, port in self.rx.values():
+            with contextlib.suppress(OSError):
+                _packets, drops = struct.unpack(
+                    "II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+                port.c["rx_overflow"] += drops
         ports = {name: {**p.c, **p.settings(), "depth": p.data_bytes + p.ctrl_bytes}
                  for name, p in self.ports.items()}
         tmp = self.stats_path.with_suffix(".tmp")

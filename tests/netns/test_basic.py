@@ -79,6 +79,14 @@ def test_cli_up_status_exec_down(tmp_path: Path, unique_name: str) -> None:
         assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
         r = cli("testbed", "status", "--name", unique_name)
         assert r.returncode == 0 and "h1" in r.stdout and "10.1.1.2" in r.stdout, r.stderr
+        tl = tmp_path / "tl.txt"
+        tl.write_text("at 0.1 link h1:p0 down\nat 200ms link h1:p0 up\n")
+        r = cli("testbed", "run", "--name", unique_name, str(tl), "--", "sleep", "0.6")
+        assert r.returncode == 0, r.stderr
+        assert "link h1:p0 down" in r.stdout and "link h1:p0 up" in r.stdout
+        tl.write_text("at 0.1 link h1:p0 down\nat 0.2 link h1:p0 loss 5%\n")
+        r = cli("testbed", "run", "--name", unique_name, str(tl))
+        assert r.returncode == 2 and "tl.txt:2" in r.stderr and "no link element" in r.stderr
     finally:
         r = cli("testbed", "down", "--name", unique_name)
     assert r.returncode == 0, r.stderr
