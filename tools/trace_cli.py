@@ -114,11 +114,12 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _plot(args: argparse.Namespace) -> int:
     from tools.trace.plot import plot_file
+    from tools.trace.qlog import QlogError
 
     _need_file(args.file)
     try:
         n = plot_file(args.file, args.output, title=args.title)
-    except PcapError as exc:
+    except (PcapError, QlogError) as exc:
         raise UserError(str(exc)) from None
     print(f"{args.output}: {n} events plotted")
     return 0
