@@ -1,0 +1,220 @@
+"""A host's many connections, as one sans-I/O multiplexer (no sockets, no clock).
+
+The I/O adapter hands every datagram it reads to ``Endpoint.receive_datagram``
+together with a *peer key* — whatever identifies the sender to the I/O layer
+(a configured peer name, or the address an INIT came from). The endpoint
+routes by destination connection id (``peek_untrusted``), opens INITs itself
+(authenticated with ``HandshakeCodec`` under the cluster key) and creates the
+responder with ``Connection.accept``; a retransmitted INIT (same nonce) goes
+to the connection it already created, which re-sends its ACCEPT. Whatever it
+cannot use is counted by reason in ``drops`` and dropped.
+
+Output is ``datagrams_to_send(now) -> [(peer, bytes, TxPath)]``: the I/O
+layer maps (peer, plane) to an address and the EV to a source port / flow
+label.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Hashable, Iterator
+from dataclasses import replace
+
+from transport.config import ConnectionConfig
+from transport.connection import Connection
+from transport.datagram import RxInfo, TxPath
+from transport.events import ConnectionClosed, ConnectionFailed, Event
+from wire.codec import HandshakeCodec, peek_untrusted
+from wire.constants import PacketType
+from wire.errors import WireError
+from wire.packets import Init
+
+PeerKey = Hashable
+#: INIT nonces remembered after their connection is gone, so a late duplicate
+#: INIT does not open a second connection.
+_NONCE_MEMORY = 4096
+
+
+class Endpoint:
+    """Many ``Connection`` objects behind one set of sockets.
+
+    ``accept=False`` makes a client-only endpoint (every INIT is dropped as
+    ``not_accepting``). ``max_connections`` bounds what an authenticated but
+    misbehaving peer can make us allocate.
+    """
+
+    def __init__(self, *, config: ConnectionConfig, secret: bytes | None,
+                 accept: bool = True, max_connections: int = 1024,
+                 rng: random.Random | None = None) -> None:
+        self.config = config
+        self.secret = secret
+        self.accepting = accept
+        self.max_connections = max_connections
+        self._hs = HandshakeCodec(secret)
+        self._rng = rng or random.SystemRandom()
+        self.connections: dict[int, Connection] = {}
+        self._peer: dict[int, PeerKey] = {}
+        self._init_nonce: dict[bytes, int] = {}
+        self._events: deque[tuple[Connection, Event]] = deque()
+        self.drops: dict[str, int] = {}
+        self.accepted = 0
+        self.initiated = 0
+
+    # -- bookkeeping -------------------------------------------------------------
+
+    def _drop(self, reason: str) -> None:
+        self.drops[reason] = self.drops.get(reason, 0) + 1
+
+    def _new_cid(self) -> int:
+        for _ in range(64):
+            cid = self._rng.getrandbits(32)
+            if cid and cid not in self.connections:
+                return cid
+        raise RuntimeError("no free connection id")  # 64 collisions in 2**32: a broken rng
+
+    def peer_of(self, conn: Connection) -> PeerKey:
+        """The peer key a connection was opened for (or its INIT came from)."""
+        return self._peer[conn.local_cid]
+
+    def connections_to(self, peer: PeerKey) -> Iterator[Connection]:
+        for cid, conn in self.connections.items():
+            if self._peer[cid] == peer:
+                yield conn
+
+    # -- API ---------------------------------------------------------------------
+
+    def connect(self, peer: PeerKey, now: float,
+                config: ConnectionConfig | None = None) -> Connection:
+        """Open a connection to ``peer``; its INIT is in the next datagrams_to_send."""
+        cid = self._new_cid()
+        cfg = config or self.config
+        conn = Connection.initiate(config=replace(cfg, seed=cfg.seed ^ cid), secret=self.secret,
+                                   local_cid=cid, now=now)
+        self.connections[cid] = conn
+        self._peer[cid] = peer
+        self.initiated += 1
+        return conn
+
+    # -- input -------------------------------------------------------------------
+
+    def receive_datagram(self, data: bytes, rx: RxInfo, now: float,
+                         peer: PeerKey) -> Connection | None:
+        """Route one datagram; returns the connection it went to, if any."""
+        try:
+            h = peek_untrusted(data)
+        except WireError as exc:
+            self._drop(exc.reason)
+            return None
+        if h.ptype is PacketType.INIT:
+            return self._on_init(data, rx, now, peer)
+        conn = self.connections.get(h.dcid)
+        if conn is None:
+            self._drop("unknown_cid")
+            return None
+        conn.receive_datagram(data, rx, now, h)
+        self._collect(conn)
+        return conn
+
+    def _on_init(self, data: bytes, rx: RxInfo, now: float, peer: PeerKey) -> Connection | None:
+        try:
+            pkt = self._hs.open_untrusted(data)
+        except WireError as exc:
+            # 'tag' here is the responder's view of a key mismatch.
+            self._drop(exc.reason)
+            return None
+        init = pkt.body
+        assert isinstance(init, Init)
+        cid = self._init_nonce.get(init.nonce)
+        if cid is not None:
+            conn = self.connections.get(cid)
+            if conn is None:
+                self._drop("stale_init")
+                return None
+            conn.receive_datagram(data, rx, now, pkt.header)  # re-sends its ACCEPT
+            return conn
+        if not self.accepting:
+            self._drop("not_accepting")
+            return None
+        if len(self.connections) >= self.max_connections:
+            self._drop("too_many_connections")
+            return None
+        if init.planes != self.config.planes:
+            # Both ends must agree on the plane count (EV plane fields index it).
+            self._drop("plane_mismatch")
+            return None
+        lcid = self._new_cid()
+        conn = Connection.accept(config=replace(self.config, seed=self.config.seed ^ lcid),
+                                 secret=self.secret, local_cid=lcid, init=init, now=now)
+        self.connections[lcid] = conn
+        self._peer[lcid] = peer
+        self._init_nonce[init.nonce] = lcid
+        if len(self._init_nonce) > _NONCE_MEMORY:
+            for old in list(self._init_nonce)[: _NONCE_MEMORY // 2]:
+                del self._init_nonce[old]
+        self.accepted += 1
+        self._collect(conn)
+        return conn
+
+    # -- timers and output ---------------------------------------------------------
+
+    def next_timer(self) -> float | None:
+        best: float | None = None
+        for conn in self.connections.values():
+            t = conn.next_timer()
+            if t is not None and (best is None or t < best):
+                best = t
+        return best
+
+    def handle_timer(self, now: float) -> None:
+        """Run every connection's due timers."""
+        for conn in list(self.connections.values()):
+            t = conn.next_timer()
+            if t is not None and t <= now:
+                conn.handle_timer(now)
+                self._collect(conn)
+
+    def datagrams_to_send(self, now: float) -> list[tuple[PeerKey, bytes, TxPath]]:
+        out: list[tuple[PeerKey, bytes, TxPath]] = []
+        for cid, conn in self.connections.items():
+            batch = conn.datagrams_to_send(now)
+            if batch:
+                peer = self._peer[cid]
+                out.extend((peer, d, p) for d, p in batch)
+            self._collect(conn)
+        return out
+
+    def _collect(self, conn: Connection) -> None:
+        while (ev := conn.next_event()) is not None:
+            self._events.append((conn, ev))
+
+    def next_event(self) -> tuple[Connection, Event] | None:
+        """The next (connection, event) of any connection, in order."""
+        return self._events.popleft() if self._events else None
+
+    def reap(self) -> list[Connection]:
+        """Forget terminal connections; call right after ``datagrams_to_send``
+        so their last datagrams (CLOSE, RESET) have been taken."""
+        gone = [c for c in self.connections.values() if c.is_terminal]
+        for conn in gone:
+            del self.connections[conn.local_cid]
+            del self._peer[conn.local_cid]
+        return gone
+
+    def close_all(self, now: float) -> None:
+        for conn in list(self.connections.values()):
+            conn.close(now)
+            self._collect(conn)
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "connections": len(self.connections),
+            "accepted": self.accepted,
+            "initiated": self.initiated,
+            "drops": dict(self.drops),
+        }
+
+
+def is_end(ev: Event) -> bool:
+    """True for the events that end a connection."""
+    return isinstance(ev, ConnectionClosed | ConnectionFailed)
