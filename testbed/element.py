@@ -91,6 +91,29 @@ def trim_frame(frame: bytes, ihl: int, cut: int, dscp: int) -> bytearray:
     return out
 
 
+def trim_frame6(frame: bytes, cut: int, dscp: int) -> bytearray:
+    """IPv6 (no extension headers) version of ``trim_frame``: no IP checksum."""
+    udp = ETH_HLEN + 40
+    out = bytearray(frame[: udp + 8 + cut])
+    ecn = (out[ETH_HLEN + 1] >> 4) & 0x3
+    tclass = (dscp << 2) | ecn
+    out[ETH_HLEN] = 0x60 | (tclass >> 4)
+    out[ETH_HLEN + 1] = ((tclass & 0xF) << 4) | (out[ETH_HLEN + 1] & 0xF)
+    struct.pack_into("!H", out, ETH_HLEN + 4, 8 + cut)
+    struct.pack_into("!H", out, udp + 4, 8 + cut)
+    struct.pack_into("!H", out, udp + 6, 0)
+    pseudo = out[ETH_HLEN + 8: ETH_HLEN + 40] + struct.pack("!IxxxB", 8 + cut, 17)
+    c = checksum(pseudo + out[udp:])
+    struct.pack_into("!H", out, udp + 6, c or 0xFFFF)
+    return out
+
+
+def mark_ce6(frame: bytes) -> bytearray:
+    out = bytearray(frame)
+    out[ETH_HLEN + 1] |= ECN_CE << 4
+    return out
+
+
 def mark_ce(frame: bytes, ihl: int) -> bytearray:
     out = bytearray(frame)
     out[ETH_HLEN + 1] |= ECN_CE
@@ -139,18 +162,27 @@ class Port:
         if not self.ctrl and not self.data:
             self.busy_until = max(self.busy_until, now)
         n = len(frame)
+        # Classify. ihl is the L3 header length (0: not IP); v6 uses 40 (no ext headers).
         control = True
         ihl = 0
+        v6 = False
         is_udp_braid = False
         if n >= ETH_HLEN + 20 and frame[12] == 0x08 and frame[13] == 0x00:
-            tos = frame[ETH_HLEN + 1]
-            control = (tos >> 2) in CONTROL_DSCPS
+            control = (frame[ETH_HLEN + 1] >> 2) in CONTROL_DSCPS
             ihl = (frame[ETH_HLEN] & 0xF) * 4
             is_udp_braid = (frame[ETH_HLEN + 9] == 17
                             and (frame[ETH_HLEN + 6] & 0x3F) == 0 and frame[ETH_HLEN + 7] == 0
                             and n >= ETH_HLEN + ihl + 8
                             and frame[ETH_HLEN + ihl + 2] << 8 | frame[ETH_HLEN + ihl + 3]
                             == UDP_PORT)
+        elif n >= ETH_HLEN + 40 and frame[12] == 0x86 and frame[13] == 0xDD:
+            v6, ihl = True, 40
+            nh = frame[ETH_HLEN + 6]
+            tclass = (frame[ETH_HLEN] & 0xF) << 4 | frame[ETH_HLEN + 1] >> 4
+            # neighbour discovery (ICMPv6) must get through like ARP does
+            control = nh == 58 or (tclass >> 2) in CONTROL_DSCPS
+            is_udp_braid = (nh == 17 and n >= ETH_HLEN + 48
+                            and frame[ETH_HLEN + 42] << 8 | frame[ETH_HLEN + 43] == UDP_PORT)
         if control:
             self._push_ctrl(frame)
             return
@@ -160,15 +192,17 @@ class Port:
             if cut is not None:
                 dscp = Dscp.TRIMMED_LAST_HOP if self.last_hop else Dscp.TRIMMED
                 c["trimmed"] += 1
-                self._push_ctrl(trim_frame(frame, ihl, cut, dscp))
+                self._push_ctrl(trim_frame6(frame, cut, dscp) if v6
+                                else trim_frame(frame, ihl, cut, dscp))
                 return
         if depth + n > self.buffer:
             c["dropped"] += 1
             return
-        if (self.ecn is not None and depth > self.ecn and ihl
-                and frame[ETH_HLEN + 1] & 0x3 in (1, 2)):
-            frame = mark_ce(frame, ihl)  # type: ignore[assignment]
-            c["marked"] += 1
+        if self.ecn is not None and depth > self.ecn and ihl:
+            ecn = (frame[ETH_HLEN + 1] >> 4) & 0x3 if v6 else frame[ETH_HLEN + 1] & 0x3
+            if ecn in (1, 2):  # ECT(1) / ECT(0): mark; not-ECT is left alone
+                frame = mark_ce6(frame) if v6 else mark_ce(frame, ihl)  # type: ignore[assignment]
+                c["marked"] += 1
         self.data.append(frame)
         self.data_bytes += n
         c["enqueued"] += 1

@@ -155,11 +155,14 @@ class Testbed:
     def planes(self) -> list[int]:
         return list(range(self.topo.planes))
 
-    def address(self, host: str | int, plane: int) -> str:
+    def address(self, host: str | int, plane: int, family: int = 4) -> str:
+        """Address of host i on plane p: 10.p.i.2, or fd00:0:p:i::2 (hex) with family=6."""
         i = self._host_index(host)
         if not 0 <= plane < self.topo.planes:
             raise UserError(f"no plane {plane} (planes 0..{self.topo.planes - 1})")
-        return host_address(i, plane)
+        if family == 6 and not self.topo.ipv6:
+            raise UserError("this topology has no IPv6 addresses (set ipv6 = true)")
+        return host_address(i, plane, family)
 
     def netns(self, node: str | int) -> str:
         """Namespace name of a host ('h3' or 3) or a switch node ('p0-s1')."""
@@ -240,21 +243,42 @@ class Testbed:
             nsname = self.prefix + node
             self.state.record(type="netns", name=nsname)
             netns.create(nsname)
-            settings = {"net.ipv6.conf.all.disable_ipv6": "1",
-                        "net.ipv6.conf.default.disable_ipv6": "1",
+            v6 = "0" if topo.ipv6 and not node.endswith("-w") else "1"
+            settings = {"net.ipv6.conf.all.disable_ipv6": v6,
+                        "net.ipv6.conf.default.disable_ipv6": v6,
                         "net.ipv4.conf.all.rp_filter": "0",
                         "net.ipv4.conf.default.rp_filter": "0"}
+            if v6 == "0":
+                # no DAD delay, no router solicitations: addresses usable at once
+                for scope in ("all", "default"):
+                    settings.update({f"net.ipv6.conf.{scope}.accept_dad": "0",
+                                     f"net.ipv6.conf.{scope}.accept_ra": "0",
+                                     f"net.ipv6.conf.{scope}.router_solicitations": "0"})
             if "-" in node and not node.endswith("-w"):  # a switch
                 settings.update({"net.ipv4.ip_forward": "1",
                                  "net.ipv4.fib_multipath_hash_policy": "1"})
+                if v6 == "0":
+                    # hash addresses, protocol, flow label and both ports: the EV may
+                    # ride in the UDP source port or in the flow label
+                    settings.update({"net.ipv6.conf.all.forwarding": "1",
+                                     "net.ipv6.fib_multipath_hash_policy": "3",
+                                     "net.ipv6.fib_multipath_hash_fields": "0x003f"})
             nsutil.sysctls(nsname, settings)
             ns = self._handle(node)
             ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
         for link in topo.links:
             self._build_link(link)
         self._routes()
-        for p in wires:
-            self._start_element(p)
+        # Start every plane's element first, then wait: each takes ~0.5 s to import.
+        started = [(p, self._start_element(p)) for p in wires]
+        deadline = time.monotonic() + 15
+        for p, proc in started:
+            files = self.element_files(p)
+            while not files["stats"].exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = files["log"].read_text()[-800:] if files["log"].exists() else ""
+                    raise UserError(f"link element for plane {p} did not start:\n{tail}")
+                time.sleep(0.02)
         for ns in self._ns.values():
             ns.close()
         self._ns.clear()
@@ -290,15 +314,20 @@ class Testbed:
         a_ns, b_ns = self._handle(link.a), self._handle(link.b)
         a_idx = a_ns.link_lookup(ifname=link.a_if)[0]
         b_idx = b_ns.link_lookup(ifname=link.b_if)[0]
-        if link.kind == "host":
-            i = int(link.a[1:])
-            a_ns.addr("add", index=a_idx, address=host_address(i, link.plane), prefixlen=24)
-            b_ns.addr("add", index=b_idx, address=gateway_address(i, link.plane), prefixlen=24)
-        else:
-            j, k = int(link.a.split("-l")[1]), int(link.b.split("-s")[1])
-            leaf_ip, spine_ip = fabric_addresses(link.plane, j, k)
-            a_ns.addr("add", index=a_idx, address=leaf_ip, prefixlen=31)
-            b_ns.addr("add", index=b_idx, address=spine_ip, prefixlen=31)
+        for fam in (4, 6) if self.topo.ipv6 else (4,):
+            if link.kind == "host":
+                i = int(link.a[1:])
+                plen = 24 if fam == 4 else 64
+                a_ns.addr("add", index=a_idx, address=host_address(i, link.plane, fam),
+                          prefixlen=plen)
+                b_ns.addr("add", index=b_idx, address=gateway_address(i, link.plane, fam),
+                          prefixlen=plen)
+            else:
+                j, k = int(link.a.split("-l")[1]), int(link.b.split("-s")[1])
+                leaf_ip, spine_ip = fabric_addresses(link.plane, j, k, fam)
+                plen = 31 if fam == 4 else 127
+                a_ns.addr("add", index=a_idx, address=leaf_ip, prefixlen=plen)
+                b_ns.addr("add", index=b_idx, address=spine_ip, prefixlen=plen)
 
     def _shape(self, node: str, ifname: str, port: PortConfig, mtu: int) -> None:
         if port.rate_bps == 0 and not (self.state.data.get("netem") and (port.delay or port.loss)):
@@ -317,32 +346,46 @@ class Testbed:
               limit=port.buffer)
 
     def _routes(self) -> None:
+        for fam in (4, 6) if self.topo.ipv6 else (4,):
+            self._routes_family(fam)
+
+    def _routes_family(self, fam: int) -> None:
         topo = self.topo
+
+        def plane_net(p: int) -> dict[str, Any]:
+            return ({"dst": f"10.{p}.0.0", "dst_len": 16} if fam == 4
+                    else {"dst": f"fd00:0:{p:x}::", "dst_len": 48})
+
+        def host_net(p: int, i: int) -> dict[str, Any]:
+            return ({"dst": f"10.{p}.{i}.0", "dst_len": 24} if fam == 4
+                    else {"dst": f"fd00:0:{p:x}:{i:x}::", "dst_len": 64})
+
         for p in range(topo.planes):
             for i in range(topo.hosts):
-                self._handle(f"h{i}").route("add", dst=f"10.{p}.0.0", dst_len=16,
-                                            gateway=gateway_address(i, p))
+                self._handle(f"h{i}").route("add", **plane_net(p),
+                                            gateway=gateway_address(i, p, fam))
             if topo.kind != "leafspine":
                 continue
             for j in range(topo.leaves):
-                hops = [{"gateway": fabric_addresses(p, j, k)[1]} for k in range(topo.spines)]
+                hops = [{"gateway": fabric_addresses(p, j, k, fam)[1]}
+                        for k in range(topo.spines)]
                 leaf = self._handle(f"p{p}-l{j}")
                 if len(hops) == 1:
-                    leaf.route("add", dst=f"10.{p}.0.0", dst_len=16, gateway=hops[0]["gateway"])
+                    leaf.route("add", **plane_net(p), gateway=hops[0]["gateway"])
                 else:
-                    leaf.route("add", dst=f"10.{p}.0.0", dst_len=16, multipath=hops)
+                    leaf.route("add", **plane_net(p), multipath=hops)
             for k in range(topo.spines):
                 spine = self._handle(f"p{p}-s{k}")
                 for i in range(topo.hosts):
-                    leaf_ip = fabric_addresses(p, topo.leaf_of(i), k)[0]
-                    spine.route("add", dst=f"10.{p}.{i}.0", dst_len=24, gateway=leaf_ip)
+                    leaf_ip = fabric_addresses(p, topo.leaf_of(i), k, fam)[0]
+                    spine.route("add", **host_net(p, i), gateway=leaf_ip)
 
     def element_files(self, plane: int) -> dict[str, Path]:
         d = self.run_dir / "elements"
         return {"spec": d / f"p{plane}.spec.json", "stats": d / f"p{plane}.stats.json",
                 "ctl": d / f"p{plane}.sock", "log": d / f"p{plane}.log"}
 
-    def _start_element(self, plane: int) -> None:
+    def _start_element(self, plane: int) -> subprocess.Popen[bytes]:
         files = self.element_files(plane)
         files["spec"].parent.mkdir(exist_ok=True)
         links = []
@@ -363,12 +406,7 @@ class Testbed:
                                     start_new_session=True, cwd="/")
         obj["pid"] = proc.pid
         self.state.save()
-        deadline = time.monotonic() + 10
-        while not files["stats"].exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = files["log"].read_text()[-800:] if files["log"].exists() else ""
-                raise UserError(f"link element for plane {plane} did not start:\n{tail}")
-            time.sleep(0.02)
+        return proc
 
 
 def _teardown(state: RunState) -> None:

@@ -92,6 +92,7 @@ class Topology:
     leaves: int
     spines: int
     links: list[LinkSpec] = field(default_factory=list)
+    ipv6: bool = False  # also give every interface an fd00:: address (dual stack)
     source: str = "<dict>"
 
     @property
@@ -116,17 +117,24 @@ class Topology:
         raise UserError(f"no link named {name!r} (links look like 'h0:p1' or 'l0-s1:p1')")
 
 
-def host_address(host: int, plane: int) -> str:
-    """Host i, plane p lives at 10.p.i.2 (its leaf/switch port is 10.p.i.1)."""
+def host_address(host: int, plane: int, family: int = 4) -> str:
+    """Host i, plane p: 10.p.i.2 (IPv6: fd00:0:p:i::2, hex); its port is .1 / ::1."""
+    if family == 6:
+        return f"fd00:0:{plane:x}:{host:x}::2"
     return f"10.{plane}.{host}.2"
 
 
-def gateway_address(host: int, plane: int) -> str:
+def gateway_address(host: int, plane: int, family: int = 4) -> str:
+    if family == 6:
+        return f"fd00:0:{plane:x}:{host:x}::1"
     return f"10.{plane}.{host}.1"
 
 
-def fabric_addresses(plane: int, leaf: int, spine: int) -> tuple[str, str]:
-    """(leaf side, spine side) of the /31 between leaf j and spine k of plane p."""
+def fabric_addresses(plane: int, leaf: int, spine: int, family: int = 4) -> tuple[str, str]:
+    """(leaf side, spine side) of the /31 (/127) between leaf j and spine k of plane p."""
+    if family == 6:
+        base = f"fd00:0:{plane:x}:{0xE000 + spine:x}::"
+        return f"{base}{2 * leaf + 1:x}", f"{base}{2 * leaf:x}"
     return f"10.{plane}.{224 + spine}.{2 * leaf + 1}", f"10.{plane}.{224 + spine}.{2 * leaf}"
 
 
@@ -239,8 +247,11 @@ def load(path_or_spec: str | Path | dict[str, Any], netem: bool = False) -> Topo
 
 def _build(ctx: _Ctx, data: dict[str, Any], netem: bool) -> Topology:
     for key in data:
-        if key not in ("name", "description", "hosts", "planes", "fabric", "link"):
-            raise ctx.error(key, "unknown key (known: hosts, planes, fabric, link)")
+        if key not in ("name", "description", "hosts", "planes", "ipv6", "fabric", "link"):
+            raise ctx.error(key, "unknown key (known: hosts, planes, ipv6, fabric, link)")
+    ipv6 = data.get("ipv6", False)
+    if not isinstance(ipv6, bool):
+        raise ctx.error("ipv6", f"expected true or false, got {ipv6!r}")
     hosts = _int(ctx, data, "hosts", "", None, 2, MAX_HOSTS)
     planes = _int(ctx, data, "planes", "", None, 1, MAX_PLANES)
     fabric = data.get("fabric", {"kind": "switch"})
@@ -261,7 +272,7 @@ def _build(ctx: _Ctx, data: dict[str, Any], netem: bool) -> Topology:
                 raise ctx.error(f"fabric.{key}", "only meaningful with kind = 'leafspine'")
         leaves, spines = 1, 0
     topo = Topology(hosts=hosts, planes=planes, kind=kind, leaves=leaves, spines=spines,
-                    source=ctx.source)
+                    source=ctx.source, ipv6=ipv6)
 
     names = _link_names(topo)
     link_table = data.get("link", {})

@@ -24,6 +24,8 @@ from collections import Counter
 from wire.constants import COMMON_HEADER_LEN, HEADER_TAG_LEN, UDP_PORT, VERSION, PacketType
 
 IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
+IPV6_RECVTCLASS = getattr(socket, "IPV6_RECVTCLASS", 66)
+IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
 #: Header words used by crafted DATA datagrams (40-byte header + 16-byte tag kept on trim).
 CRAFT_HEADER_WORDS = 10
 
@@ -42,12 +44,16 @@ def cmd_send(a: argparse.Namespace) -> int:
     lo, _, hi = a.sports.partition("-")
     sports = list(range(int(lo), int(hi or lo) + 1)) if lo else [0]
     socks = []
+    v6 = ":" in a.to
     for sp in sports:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         if a.tos is not None:
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(a.tos, 0))
-        s.bind((a.bind, sp))
+            if v6:
+                s.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, int(a.tos, 0))
+            else:
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(a.tos, 0))
+        s.bind(("::" if v6 and a.bind == "0.0.0.0" else a.bind, sp))
         socks.append(s)
     gap = 1.0 / a.pps if a.pps else 0.0
     start = time.monotonic()
@@ -69,10 +75,14 @@ def cmd_send(a: argparse.Namespace) -> int:
 
 
 def cmd_recv(a: argparse.Namespace) -> int:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    v6 = a.family == 6
+    s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE (root): no RcvbufErrors
     s.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
-    s.bind((a.bind, a.port))
+    if v6:  # dual stack: IPv4 arrives too, its TOS via IP_RECVTOS
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
+    s.bind(("::" if v6 and a.bind == "0.0.0.0" else a.bind, a.port))
     s.settimeout(a.idle)
     sizes: Counter[int] = Counter()
     toses: Counter[int] = Counter()
@@ -92,8 +102,9 @@ def cmd_recv(a: argparse.Namespace) -> int:
         sizes[len(data)] += 1
         sports[addr[1]] += 1
         for level, typ, val in anc:
-            if level == socket.IPPROTO_IP and typ in (IP_RECVTOS, socket.IP_TOS):
-                toses[val[0]] += 1
+            if (level == socket.IPPROTO_IP and typ in (IP_RECVTOS, socket.IP_TOS)) or (
+                    level == socket.IPPROTO_IPV6 and typ == IPV6_TCLASS):
+                toses[val[0]] += 1  # TOS is one byte, TCLASS an int (low byte first)
     print(json.dumps({"packets": packets, "bytes": nbytes,
                       "sizes": {str(k): v for k, v in sizes.items()},
                       "tos": {str(k): v for k, v in toses.items()},
@@ -106,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("recv")
     r.add_argument("--bind", default="0.0.0.0")
+    r.add_argument("--family", type=int, choices=(4, 6), default=4,
+                   help="6: a dual-stack IPv6 socket (reads the traffic class)")
     r.add_argument("--port", type=int, default=UDP_PORT)
     r.add_argument("--count", type=int, default=1 << 30)
     r.add_argument("--timeout", type=float, default=10.0, help="overall limit, seconds")

@@ -115,3 +115,25 @@ def test_trim_frame_agrees_with_scapy() -> None:
     assert pkt[scapy.IP].chksum == ref[scapy.IP].chksum
     assert pkt[scapy.UDP].chksum == ref[scapy.UDP].chksum
     assert pkt[scapy.IP].tos >> 2 == Dscp.TRIMMED
+
+
+def test_trim_frame6_fixes_lengths_and_checksum() -> None:
+    from testbed.element import mark_ce6, trim_frame6
+
+    payload = braid_like_data(1000, 3)
+    src, dst = bytes(range(16)), bytes(range(16, 32))
+    tclass = Dscp.DATA << 2 | 2
+    ip6 = struct.pack("!IHBB16s16s", 6 << 28 | tclass << 20 | 0x12345, 8 + len(payload), 17,
+                      64, src, dst)
+    frame = b"\x02" * 6 + b"\x04" * 6 + b"\x86\xdd" + ip6 + struct.pack(
+        "!HHHH", 1, UDP_PORT, 8 + len(payload), 0) + payload
+    out = trim_frame6(frame, 56, Dscp.TRIMMED)
+    first = struct.unpack_from("!I", out, 14)[0]
+    assert first >> 28 == 6 and (first >> 20) & 0xFF == Dscp.TRIMMED << 2 | 2
+    assert first & 0xFFFFF == 0x12345  # flow label (an EV carrier) untouched
+    assert struct.unpack_from("!H", out, 18)[0] == 8 + 56
+    udp = out[54:]
+    pseudo = src + dst + struct.pack("!IxxxB", 8 + 56, 17)
+    assert checksum(pseudo + udp) == 0
+    ce = mark_ce6(bytes(out))
+    assert (struct.unpack_from("!I", ce, 14)[0] >> 20) & 3 == 3
