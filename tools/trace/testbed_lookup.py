@@ -74,8 +74,18 @@ def host_namespaces(state: dict[str, Any]) -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: int(kv[0][1:])))
 
 
-def plane_interfaces(netns: str) -> list[str]:
-    """The plane NICs (``p<N>``) of a namespace, as the kernel lists them."""
+def plane_interfaces(netns: str, state: dict[str, Any] | None = None) -> list[str]:
+    """The plane NICs (``p<N>``) of a namespace: from the recorded veths, else the kernel."""
+    recorded = set()
+    for obj in (state or {}).get("objects", []):
+        if obj.get("type") != "veth":
+            continue
+        for ns_key, if_key in (("ns", "ifname"), ("peer_ns", "peer")):
+            name = obj.get(if_key)
+            if obj.get(ns_key) == netns and isinstance(name, str) and _PLANE_IF_RE.fullmatch(name):
+                recorded.add(name)
+    if recorded:
+        return sorted(recorded, key=lambda n: int(n[1:]))
     try:
         text = subprocess.run(["ip", "-n", netns, "-o", "link", "show"], check=True,
                               capture_output=True, text=True, timeout=10).stdout
@@ -97,4 +107,5 @@ def resolve_host(
 def all_host_interfaces(testbed: str | None = None) -> list[tuple[str, str, str]]:
     """(host, namespace, interface) for every plane NIC of every host."""
     state = load_state(testbed)
-    return [(h, ns, i) for h, ns in host_namespaces(state).items() for i in plane_interfaces(ns)]
+    return [(h, ns, i) for h, ns in host_namespaces(state).items()
+            for i in plane_interfaces(ns, state)]
