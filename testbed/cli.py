@@ -81,7 +81,17 @@ def cmd_up(a: argparse.Namespace) -> int:
 def cmd_down(a: argparse.Namespace) -> int:
     from testbed.fabric import down_by_name
 
-    names = list_names(DEFAULT_RUN_ROOT) if a.all else [_default_name(a.name)]
+    if a.all:
+        names = list_names(DEFAULT_RUN_ROOT)
+    elif a.name:
+        names = [a.name]
+    else:
+        names = list_names(DEFAULT_RUN_ROOT)
+        if len(names) > 1:
+            raise UserError(f"several testbeds are up ({', '.join(names)}); "
+                            "pass --name or --all")
+    if not names:
+        print("no testbed is up")
     for name in names:
         print(f"testbed {name}: {'removed' if down_by_name(name) else 'not found'}")
     return 0
@@ -107,6 +117,10 @@ def cmd_status(a: argparse.Namespace) -> int:
         for h in tb.hosts:
             print(f"  {h:4} ns {tb.netns(h):16} " + " ".join(
                 f"p{p}={tb.address(h, p)}" for p in tb.planes))
+        for plane, alive in tb.elements_alive().items():
+            if not alive:
+                print(f"  WARNING: the link element of plane {plane} is not running "
+                      f"(see {tb.element_files(plane)['log']}); its counters are stale")
         if stats:
             print(f"  {'port':18} {'state':9} {'rx':>8} {'enq':>8} {'trim':>7} {'mark':>7} "
                   f"{'drop':>7} {'lost':>7} {'maxdepth':>9}")

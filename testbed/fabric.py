@@ -192,6 +192,12 @@ class Testbed:
                 continue
         return out
 
+    def elements_alive(self) -> dict[int, bool]:
+        """Plane -> is its link element process running."""
+        return {o["plane"]: bool(o.get("pid")) and nsutil.pid_alive(o["pid"])
+                and ELEMENT_MARK in nsutil.pid_cmdline(o["pid"])
+                for o in self.state.objects("process") if o.get("role") == "element"}
+
     def link_counters(self, node: str, ifname: str) -> dict[str, int]:
         """Kernel counters of an interface in a node's namespace."""
         with NetNS(self.netns(node)) as ns:
