@@ -17,6 +17,7 @@ BENCHES: dict[str, str] = {
     "wire": "tools.bench_wire",
     "sim": "tools.bench_sim",
     "goodput": "tools.bench_goodput",
+    "trace": "tools.bench_trace",
 }
 
 
