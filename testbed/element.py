@@ -69,7 +69,7 @@ def checksum(data: bytes | bytearray | memoryview) -> int:
     """RFC 1071 Internet checksum."""
     if len(data) % 2:
         data = bytes(data) + b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    s: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
     return ~s & 0xFFFF

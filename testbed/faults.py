@@ -168,10 +168,14 @@ def compile_fault(tb: Testbed, f: Fault) -> list[Step]:
         period, total = f.args
         steps = []
         n = int(total / period)
+
+        def toggle(down: bool) -> Callable[[], None]:
+            return lambda: set_down(tb, links, down)
+
         for i in range(n):
             down = i % 2 == 0
             steps.append(Step(i * period, f"{f.text}: {'down' if down else 'up'}",
-                              (lambda d=down: set_down(tb, links, d))))
+                              toggle(down)))
         steps.append(Step(n * period, f"{f.text}: up (end)", lambda: set_down(tb, links, False)))
         return steps
     _require_elements(f, links)
@@ -261,7 +265,7 @@ def run_steps(steps: list[tuple[float, str, Callable[[], None]]],
               echo: Callable[[str], None] | None = None,
               stop: Callable[[], bool] | None = None) -> list[str]:
     """Fire (time, label, fn) in time order, sleeping in between (bounded)."""
-    done = []
+    done: list[str] = []
     start = time.monotonic()
     for t, label, fn in sorted(steps, key=lambda s: s[0]):
         while True:
