@@ -1,0 +1,192 @@
+"""The uvloop I/O adapter over loopback: two endpoints in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import os
+import socket
+
+import pytest
+
+from transport.aio import EndpointIO, new_event_loop
+from transport.config import ConnectionConfig
+from transport.connection import Connection
+from transport.endpoint import Endpoint, PeerKey
+from transport.events import ConnectionFailed, Event, MessageDelivered
+from transport.udp import PeerTable, PlaneAddr, PlaneSockets, parse_addr, parse_tos
+from wire.constants import ECN_CE, Dscp, tos
+
+SECRET = bytes(range(32))
+CFG = ConnectionConfig(planes=2, evs_per_plane=16, plane_rate=1.25e9, initial_rtt=1e-3,
+                       min_rto=5e-3, congestion_params={"burst_packets": 64},
+                       handshake_timeout=0.3)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_pair(host_a: str, host_b: str, *, b_secret: bytes = SECRET,
+              on_a: object = None, on_b: object = None) -> tuple[EndpointIO, EndpointIO]:
+    ports = [free_port(), free_port()]
+    pa = [PlaneAddr(host_a, p) for p in ports]
+    pb = [PlaneAddr(host_b, p) for p in ports]
+    ta, tb = PeerTable(2, ports), PeerTable(2, ports)
+    ta.add("b", pb)
+    tb.add("a", pa)
+    ia = EndpointIO(Endpoint(config=CFG, secret=SECRET), pa, ta, on_event=on_a)  # type: ignore[arg-type]
+    ib = EndpointIO(Endpoint(config=CFG, secret=b_secret), pb, tb, on_event=on_b)  # type: ignore[arg-type]
+    return ia, ib
+
+
+def run(coro: object) -> object:
+    loop = new_event_loop()
+    try:
+        return loop.run_until_complete(coro)  # type: ignore[arg-type]
+    finally:
+        loop.close()
+
+
+def transfer(host_a: str, host_b: str, size: int, chunk: int = 1 << 20) -> dict[str, object]:
+    got: dict[int, bytes] = {}
+    done = asyncio.Event()
+
+    def on_b(conn: Connection, peer: PeerKey, ev: Event) -> None:
+        if isinstance(ev, MessageDelivered):
+            got[ev.msg_id] = ev.data
+            if sum(map(len, got.values())) >= size:
+                done.set()
+
+    async def main() -> dict[str, object]:
+        ia, ib = make_pair(host_a, host_b, on_b=on_b)
+        ia.open()
+        ib.open()
+        try:
+            data = os.urandom(size)
+            conn = ia.connect("b")
+            for off in range(0, size, chunk):
+                conn.send_message(data[off:off + chunk])
+            ia.kick()
+            try:
+                await asyncio.wait_for(done.wait(), 60)
+            except TimeoutError:
+                (rc,) = ib.endpoint.connections.values()
+                raise AssertionError(f"stalled: sender {conn.stats()} next_timer "
+                                     f"{conn.next_timer()}; receiver {rc.stats()}; "
+                                     f"io {ia.stats()} {ib.stats()}") from None
+            out = b"".join(got[k] for k in sorted(got))
+            assert hashlib.sha256(out).digest() == hashlib.sha256(data).digest()
+            assert ib.endpoint.peer_of(next(iter(ib.endpoint.connections.values()))) == "a"
+            return {"a": ia.stats(), "b": ib.stats(), "conn": conn.stats()}
+        finally:
+            ia.close()
+            ib.close()
+
+    return run(main())  # type: ignore[return-value]
+
+
+def test_loopback_transfer_byte_exact_encrypted() -> None:
+    res = transfer("127.0.0.2", "127.0.0.3", 16 << 20)
+    conn = res["conn"]
+    assert conn["bytes_acked"] == 16 << 20  # type: ignore[index]
+    b = res["b"]
+    assert b["rx_bytes"] > 16 << 20  # type: ignore[operator]
+    # Both planes carried data.
+    a = res["a"]
+    assert len(a["planes"]) == 2  # type: ignore[arg-type]
+
+
+def test_ipv6_traffic_class_and_flow_label() -> None:
+    try:
+        rx = PlaneSockets(0, PlaneAddr("::1", free_port()), pool=0, rcvbuf=1 << 20,
+                          sndbuf=1 << 20)
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    tx = PlaneSockets(0, PlaneAddr("::1", 0), pool=2, rcvbuf=1 << 20, sndbuf=1 << 20)
+    try:
+        table = PeerTable(1, [rx.addr.port])
+        table.add("rx", [rx.addr])
+        dest = table.sockaddr("rx", 0, 0x12345)
+        assert dest == ("::1", rx.addr.port, 0x12345, 0)
+        tx.pool[1].sendto(b"data", dest)
+        tx.pool[0].sendmsg([b"retx"], tx.cmsg[Dscp.RETX], 0, dest)
+        rx.listen.settimeout(2)
+        seen = []
+        for _ in range(2):
+            data, anc, _f, _a = rx.listen.recvmsg(100, socket.CMSG_SPACE(4))
+            seen.append((data, parse_tos(anc)))
+        assert seen == [(b"data", (False, Dscp.DATA)), (b"retx", (False, Dscp.RETX))]
+    finally:
+        rx.close()
+        tx.close()
+
+
+def test_tos_sent_and_read_back() -> None:
+    rx = PlaneSockets(0, PlaneAddr("127.0.0.1", free_port()), pool=0, rcvbuf=1 << 20,
+                      sndbuf=1 << 20)
+    tx = PlaneSockets(0, PlaneAddr("127.0.0.1", free_port()), pool=2, rcvbuf=1 << 20,
+                      sndbuf=1 << 20)
+    try:
+        dest = ("127.0.0.1", rx.addr.port)
+        tx.pool[0].sendto(b"data", dest)
+        tx.pool[1].sendmsg([b"ctl"], tx.cmsg[Dscp.CONTROL], 0, dest)
+        rx.listen.settimeout(2)
+        seen = []
+        for _ in range(2):
+            data, anc, _f, _a = rx.listen.recvmsg(100, socket.CMSG_SPACE(4))
+            seen.append((data, parse_tos(anc)))
+        assert seen == [(b"data", (False, Dscp.DATA)), (b"ctl", (False, Dscp.CONTROL))]
+        assert len(set(tx.source_ports)) == 2
+        assert tos(Dscp.DATA) & 3 != ECN_CE
+    finally:
+        rx.close()
+        tx.close()
+
+
+def test_port_in_use_raises_eaddrinuse() -> None:
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", port))
+        with pytest.raises(OSError) as info:
+            PlaneSockets(0, PlaneAddr("127.0.0.1", port), pool=4, rcvbuf=1 << 16, sndbuf=1 << 16)
+        assert info.value.errno == errno.EADDRINUSE
+
+
+def test_key_mismatch_over_sockets() -> None:
+    failed: list[str] = []
+    done = asyncio.Event()
+
+    def on_a(conn: Connection, peer: PeerKey, ev: Event) -> None:
+        if isinstance(ev, ConnectionFailed):
+            failed.append(ev.reason)
+            done.set()
+
+    async def main() -> dict[str, int]:
+        ia, ib = make_pair("127.0.0.2", "127.0.0.3", b_secret=bytes(32), on_a=on_a)
+        ia.open()
+        ib.open()
+        try:
+            ia.connect("b")
+            await asyncio.wait_for(done.wait(), 10)
+            return ib.endpoint.drops
+        finally:
+            ia.close()
+            ib.close()
+
+    drops = run(main())
+    assert failed and "peer unreachable" in failed[0]
+    assert drops.get("tag", 0) >= 1  # type: ignore[attr-defined]
+
+
+def test_parse_addr() -> None:
+    assert parse_addr("10.0.0.1") == PlaneAddr("10.0.0.1", 4747)
+    assert parse_addr("10.0.0.1:5000") == PlaneAddr("10.0.0.1", 5000)
+    assert parse_addr("[fd00::1]:5000") == PlaneAddr("fd00::1", 5000)
+    assert parse_addr("fd00::1") == PlaneAddr("fd00::1", 4747)
+    for bad in ("host.example", "10.0.0.1:0", "[fd00::1", "10.0.0.1:x"):
+        with pytest.raises(ValueError):
+            parse_addr(bad)

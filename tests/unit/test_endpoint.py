@@ -1,0 +1,158 @@
+"""Endpoint: two real endpoints exchanging datagrams in memory (no sockets)."""
+
+from __future__ import annotations
+
+import os
+import random
+
+from transport.config import ConnectionConfig
+from transport.connection import Connection
+from transport.datagram import RxInfo
+from transport.endpoint import Endpoint
+from transport.events import (
+    ConnectionClosed,
+    ConnectionEstablished,
+    ConnectionFailed,
+    Event,
+    MessageAcked,
+    MessageDelivered,
+)
+
+SECRET = bytes(range(32))
+CFG = ConnectionConfig(planes=2, evs_per_plane=8, plane_rate=1.25e9, initial_rtt=100e-6,
+                       min_rto=1e-3, handshake_timeout=0.05)
+
+
+class Wire:
+    """Moves datagrams between two endpoints in virtual time (10 µs per step)."""
+
+    def __init__(self, a: Endpoint, b: Endpoint) -> None:
+        self.a, self.b = a, b
+        self.now = 0.0
+        self.events: dict[str, list[tuple[Connection, Event]]] = {"a": [], "b": []}
+        self.drop_next: list[bytes] = []
+        self.captured: list[bytes] = []
+
+    def step(self) -> None:
+        self.now += 10e-6
+        for src, dst, name in ((self.a, self.b, "a"), (self.b, self.a, "b")):
+            for _peer, data, path in src.datagrams_to_send(self.now):
+                self.captured.append(data)
+                dst.receive_datagram(data, RxInfo(path.plane), self.now, name)
+            t = src.next_timer()
+            if t is not None and t <= self.now:
+                src.handle_timer(self.now)
+        for name, ep in (("a", self.a), ("b", self.b)):
+            while (item := ep.next_event()) is not None:
+                self.events[name].append(item)
+            ep.reap()
+
+    def run(self, until: object, steps: int = 200_000) -> None:
+        for _ in range(steps):
+            self.step()
+            if callable(until) and until():
+                return
+        raise AssertionError("condition not reached")
+
+    def of(self, name: str, kind: type) -> list[Event]:
+        return [e for _, e in self.events[name] if isinstance(e, kind)]
+
+
+def pair(**kw: object) -> tuple[Endpoint, Endpoint, Wire]:
+    a = Endpoint(config=CFG, secret=SECRET, rng=random.Random(1))
+    b = Endpoint(config=CFG, secret=kw.get("b_secret", SECRET),  # type: ignore[arg-type]
+                 rng=random.Random(2))
+    return a, b, Wire(a, b)
+
+
+def test_pair_moves_messages_byte_exact() -> None:
+    a, b, w = pair()
+    conn = a.connect("b", 0.0)
+    assert conn.local_cid != 0
+    msgs = [os.urandom(n) for n in (1, 1368, 1369, 200_000, 3 << 20)]
+    for m in msgs:
+        conn.send_message(m)
+    w.run(lambda: len(w.of("b", MessageDelivered)) == len(msgs))
+    got = sorted((e.msg_id, e.data) for e in w.of("b", MessageDelivered))  # type: ignore[attr-defined]
+    assert [d for _, d in got] == msgs
+    w.run(lambda: len(w.of("a", MessageAcked)) == len(msgs))
+    # The responder knows which peer its connection belongs to.
+    (resp,) = b.connections.values()
+    assert b.peer_of(resp) == "a"
+    assert a.peer_of(conn) == "b"
+    assert w.of("a", ConnectionEstablished) and w.of("b", ConnectionEstablished)
+    conn.close(w.now)
+    w.run(lambda: w.of("a", ConnectionClosed) and w.of("b", ConnectionClosed))
+    w.run(lambda: not a.connections and not b.connections, steps=10)
+
+
+def test_retransmitted_init_reuses_the_connection() -> None:
+    a, b, _ = pair()
+    a.connect("b", 0.0)
+    (_, init, path), = a.datagrams_to_send(0.0)
+    for i in range(3):
+        b.receive_datagram(init, RxInfo(path.plane), 1e-3 * i, "a")
+    assert len(b.connections) == 1
+    assert b.accepted == 1
+    # One ACCEPT per copy of the INIT (the first was lost, say).
+    accepts = b.datagrams_to_send(0.01)
+    assert len(accepts) == 3
+    assert len({d for _, d, _ in accepts}) == 1
+
+
+def test_forged_and_malformed_datagrams_are_counted() -> None:
+    a, b, w = pair()
+    conn = a.connect("b", 0.0)
+    conn.send_message(b"x" * 5000)
+    w.run(lambda: w.of("b", MessageDelivered))
+    b.receive_datagram(b"", RxInfo(0), w.now, "a")
+    b.receive_datagram(b"\x07" + bytes(40), RxInfo(0), w.now, "a")
+    # A DATA datagram for a connection id nobody has.
+    data = bytearray(w.captured[1])
+    data[4:8] = (0xDEADBEEF).to_bytes(4, "big")
+    b.receive_datagram(bytes(data), RxInfo(0), w.now, "a")
+    # An INIT with a flipped tag bit.
+    init = bytearray(w.captured[0])
+    init[-1] ^= 1
+    b.receive_datagram(bytes(init), RxInfo(0), w.now, "x")
+    assert b.drops == {"short": 1, "version": 1, "unknown_cid": 1, "tag": 1}
+    assert len(b.connections) == 1
+
+
+def test_key_mismatch_fails_initiator_and_counts_tag_on_responder() -> None:
+    a, b, w = pair(b_secret=bytes(32))
+    conn = a.connect("b", 0.0)
+    w.run(lambda: w.of("a", ConnectionFailed), steps=100_000)
+    (fail,) = w.of("a", ConnectionFailed)
+    assert "peer unreachable" in fail.reason  # type: ignore[attr-defined]
+    assert conn.is_terminal
+    assert b.drops.get("tag", 0) >= 2 and not b.connections
+
+
+def test_client_only_endpoint_refuses_init() -> None:
+    a = Endpoint(config=CFG, secret=SECRET)
+    b = Endpoint(config=CFG, secret=SECRET, accept=False)
+    a.connect("b", 0.0)
+    for _, d, p in a.datagrams_to_send(0.0):
+        b.receive_datagram(d, RxInfo(p.plane), 0.0, "a")
+    assert b.drops == {"not_accepting": 1}
+
+
+def test_plane_count_mismatch_is_dropped() -> None:
+    a = Endpoint(config=ConnectionConfig(planes=3), secret=SECRET)
+    b = Endpoint(config=CFG, secret=SECRET)
+    a.connect("b", 0.0)
+    for _, d, p in a.datagrams_to_send(0.0):
+        b.receive_datagram(d, RxInfo(p.plane), 0.0, "a")
+    assert b.drops == {"plane_mismatch": 1}
+
+
+def test_many_connections_get_distinct_cids() -> None:
+    a, b, w = pair()
+    conns = [a.connect("b", 0.0) for _ in range(20)]
+    assert len({c.local_cid for c in conns}) == 20
+    for i, c in enumerate(conns):
+        c.send_message(bytes([i]) * 3000)
+    w.run(lambda: len(w.of("b", MessageDelivered)) == 20)
+    assert len(b.connections) == 20
+    assert sorted(e.data[0] for e in w.of("b", MessageDelivered)) == list(range(20))  # type: ignore[attr-defined]
