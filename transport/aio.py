@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Protocol
 
 from transport.connection import Connection
-from transport.datagram import RxInfo
+from transport.datagram import RxInfo, TxPath
 from transport.endpoint import Endpoint, PeerKey
 from transport.events import Event
 from transport.udp import ANC_SPACE, PeerTable, PlaneAddr, PlaneSockets, errno_name
@@ -36,6 +36,14 @@ _MAX_DGRAM = 65536
 _DATA_DSCP = int(Dscp.DATA)
 
 EventHandler = Callable[[Connection, PeerKey, Event], None]
+
+
+class Tap(Protocol):
+    """Sees every datagram sent and received (for qlog); costs nothing when unset."""
+
+    def on_tx(self, now: float, data: bytes, path: TxPath) -> None: ...
+
+    def on_rx(self, now: float, data: bytes, rx: RxInfo) -> None: ...
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -81,6 +89,7 @@ class EndpointIO:
         self.tx_bytes = 0
         self.tx_errors: dict[str, int] = {}
         self.closed = False
+        self.tap: Tap | None = None
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -169,7 +178,10 @@ class EndpointIO:
             if rx is None:
                 rx = infos[(plane, v)] = RxInfo(plane, (v & 3) == ECN_CE, v >> 2)
             peer = peers.lookup(plane, addr[0])
-            ep.receive_datagram(bytes(view[:n]), rx, now, peer)
+            data = bytes(view[:n])
+            if self.tap is not None:
+                self.tap.on_rx(now, data, rx)
+            ep.receive_datagram(data, rx, now, peer)
             n_rx += 1
             n_bytes += n
         self.rx_datagrams += n_rx
@@ -196,7 +208,11 @@ class EndpointIO:
             self.kick()
         self._arm()
 
-    def _send(self, out: list[tuple[PeerKey, bytes, Any]]) -> None:
+    def _send(self, out: list[tuple[PeerKey, bytes, TxPath]]) -> None:
+        if self.tap is not None:
+            now = time.monotonic()
+            for _peer, data, path in out:
+                self.tap.on_tx(now, data, path)
         planes = self.planes
         sockaddr = self.peers.sockaddr
         n_tx = 0
