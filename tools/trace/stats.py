@@ -16,7 +16,7 @@ its latest transmission.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -181,9 +181,11 @@ class TraceStats:
         self.malformed: Counter[str] = Counter()
         self.first: float | None = None
         self.last: float | None = None
-        self._inits: dict[bytes, int] = {}
-        self._sent: dict[tuple[int, int], _Sent] = {}
-        self._data_dcid_by_addr: dict[tuple[bytes, bytes], int] = {}
+        # FIFO-evicted tables: OrderedDict.popitem(last=False) is O(1), whereas
+        # next(iter(dict)) slows down as deleted slots pile up at the front.
+        self._inits: OrderedDict[bytes, int] = OrderedDict()
+        self._sent: OrderedDict[tuple[int, int], _Sent] = OrderedDict()
+        self._data_dcid_by_addr: OrderedDict[tuple[bytes, bytes], int] = OrderedDict()
         self.rtt_unmatched = 0
 
     def add_all(self, packets: Iterable[TracePacket]) -> TraceStats:
@@ -226,8 +228,9 @@ class TraceStats:
         elif isinstance(body, Sack):
             self._sack(h.dcid, body, pkt)
         elif isinstance(body, Init):
-            if len(self._inits) < MAX_OUTSTANDING:
-                self._inits[body.nonce] = body.src_cid
+            if len(self._inits) >= MAX_OUTSTANDING:
+                self._inits.popitem(last=False)
+            self._inits[body.nonce] = body.src_cid
         elif isinstance(body, Accept):
             icid = self._inits.pop(body.echo_nonce, None)
             if icid is not None:
@@ -238,12 +241,13 @@ class TraceStats:
         key = (dcid, body.psn)
         prev = self._sent.pop(key, None)
         if len(self._sent) >= MAX_OUTSTANDING:
-            self._sent.pop(next(iter(self._sent)))
+            self._sent.popitem(last=False)
         n = 1 if prev is None else prev.transmissions + 1
         self._sent[key] = _Sent(pkt.time, body.timestamp, n)
-        self._data_dcid_by_addr[(pkt.udp.src_raw, pkt.udp.dst_raw)] = dcid
-        if len(self._data_dcid_by_addr) > MAX_OUTSTANDING:
-            self._data_dcid_by_addr.pop(next(iter(self._data_dcid_by_addr)))
+        addrs = (pkt.udp.src_raw, pkt.udp.dst_raw)
+        if addrs not in self._data_dcid_by_addr and len(self._data_dcid_by_addr) >= MAX_OUTSTANDING:
+            self._data_dcid_by_addr.popitem(last=False)
+        self._data_dcid_by_addr[addrs] = dcid
 
     def _sack(self, dcid: int, body: Sack, pkt: TracePacket) -> None:
         data_dcid = self.peer.get(dcid)
