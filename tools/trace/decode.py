@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -258,9 +258,9 @@ def to_json(pkt: TracePacket) -> dict[str, Any]:
         plane=pkt.plane, ev=pkt.ev, psn=pkt.psn, trimmed=pkt.trim_kind,
     )
     body: dict[str, Any] = {}
-    for name in type(pkt.body).__slots__:
-        v = getattr(pkt.body, name)
-        body[name] = v.hex() if isinstance(v, bytes) else v
+    for f in fields(pkt.body) if pkt.body is not None else ():
+        v = getattr(pkt.body, f.name)
+        body[f.name] = v.hex() if isinstance(v, bytes) else v
     if isinstance(pkt.body, Nack):
         body["reason_name"] = nack_reason_name(pkt.body.reason)
     if isinstance(pkt.body, Close | Reset):

@@ -59,7 +59,7 @@ def _ext_len(pkt: Packet, ptype: PacketType) -> int:
     words = getattr(under, "header_words", None) if under is not None else None
     if not words:
         return 0
-    return max(0, words * 4 - COMMON_HEADER_LEN - BODY_STRUCT[ptype].size)
+    return max(0, int(words) * 4 - COMMON_HEADER_LEN - BODY_STRUCT[ptype].size)
 
 
 def _tail(ptype: PacketType) -> list[Any]:
@@ -122,7 +122,7 @@ class BraidData(Packet):
         ShortField("payload_len", None),
         IntField("msg_id", 0),
         LongField("msg_offset", 0),
-        LongField("msg_len", None),
+        LongField("msg_len", None),  # type: ignore[arg-type]  # None: offset + length
         IntField("timestamp", 0),
         *_tail(PacketType.DATA),
     ]

@@ -23,7 +23,7 @@ _UDP: Final = struct.Struct("!HHHH")
 
 
 def _checksum(header: bytes) -> int:
-    s = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    s: int = sum(struct.unpack(f"!{len(header) // 2}H", header))
     while s > 0xFFFF:
         s = (s & 0xFFFF) + (s >> 16)
     return ~s & 0xFFFF
