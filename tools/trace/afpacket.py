@@ -88,9 +88,14 @@ def attach_filter(sock: socket.socket, prog: Sequence[tuple[int, int, int, int]]
 
 def capture(
     output: str, *, iface: str | None = None, port: int = UDP_PORT, count: int | None = None,
-    duration: float | None = None,
+    duration: float | None = None, restore_signals: bool = True,
 ) -> int:
-    """Capture to ``output`` until count/duration/SIGINT/SIGTERM; returns packets written."""
+    """Capture to ``output`` until count/duration/SIGINT/SIGTERM; returns packets written.
+
+    ``restore_signals=False`` keeps the stop handler installed afterwards, so a
+    SIGINT that races with a capture ending on its own cannot kill the
+    process while it exits (the command-line entry point wants that).
+    """
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
     stop = False
 
@@ -131,8 +136,9 @@ def capture(
                 w.write(ts, sll2 + data)
             return w.count
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        if restore_signals:
+            for s, h in old.items():
+                signal.signal(s, h)
         sock.close()
 
 
@@ -144,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--count", type=int)
     p.add_argument("--duration", type=float)
     a = p.parse_args(argv)
-    n = capture(a.output, iface=a.iface, port=a.port, count=a.count, duration=a.duration)
+    n = capture(a.output, iface=a.iface, port=a.port, count=a.count, duration=a.duration,
+                restore_signals=False)
     print(f"{n} packets captured", flush=True)
     return 0
 

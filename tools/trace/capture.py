@@ -168,8 +168,10 @@ def run_capture_command(args: argparse.Namespace) -> int:
             p.wait_ready()
         print(f"capturing with {procs[0].backend} to "
               f"{', '.join(str(t.output) for t in targets)} (Ctrl-C stops)", file=sys.stderr)
-        deadline = None if args.duration is None else time.monotonic() + args.duration
+        grace = 0.5 if procs[0].backend == "afpacket" else 0.0
+        deadline = None if args.duration is None else time.monotonic() + args.duration + grace
         while any(p.running() for p in procs):
+            # Children that know the duration (AF_PACKET) get a moment to end on their own.
             if deadline is not None and time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
