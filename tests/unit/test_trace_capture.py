@@ -189,3 +189,48 @@ def test_capture_errors_are_user_errors(tmp_path: Path, capsys: pytest.CaptureFi
                        "-o", str(tmp_path / "y.pcap"), "--duration", "1"]) == 2
     err = capsys.readouterr().err
     assert "no running testbed" in err and "failed" in err
+
+
+@pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump is not installed")
+def test_capture_on_a_real_testbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--all`` and ``--host/--plane`` against ``braid testbed up`` (skipped if it fails)."""
+    pytest.importorskip("testbed.fabric", reason="the testbed package is not there yet")
+    name = f"tr{uuid.uuid4().hex[:6]}"
+    run = tmp_path / "run"
+    env = dict(os.environ, BRAID_RUN_DIR=str(run))
+    braid = [sys.executable, "-m", "tools.cli", "testbed"]
+    topo = ROOT / "examples" / "two-hosts-4-planes.toml"
+    up = subprocess.run([*braid, "up", str(topo), "--name", name], env=env, capture_output=True,
+                        text=True, timeout=120, cwd=ROOT)
+    try:
+        if up.returncode != 0:
+            pytest.skip(f"braid testbed up failed: {up.stderr.strip()[-300:]}")
+        monkeypatch.setenv("BRAID_RUN_DIR", str(run))
+        prefix = json.loads((run / name / "state.json").read_text())["prefix"]
+        hosts = {"h0": prefix + "h0", "h1": prefix + "h1"}
+        out = tmp_path / "all"
+        code = _run_cli_while(
+            ["trace", "capture", "--all", "-o", str(out), "--duration", "2.5"],
+            lambda: (_send_plane_testbed(hosts, 2, 3)))
+        assert code == 0
+        counts = {f.name: len(list(read_packets(f))) for f in out.glob("*.pcap")}
+        assert len(counts) == 8  # 2 hosts x 4 planes
+        assert counts["h0-p2.pcap"] == counts["h1-p2.pcap"] == 3
+        assert sum(counts.values()) == 6
+    finally:
+        subprocess.run([*braid, "down", "--name", name], env=env, capture_output=True,
+                       timeout=120, cwd=ROOT)
+
+
+def _send_plane_testbed(hosts: dict[str, str], plane: int, n: int) -> None:
+    """h0 → h1 on one plane, testbed addressing (host i, plane p = 10.p.i.2)."""
+    s = make_fixtures.socket_in(hosts["h0"], 0, f"10.{plane}.0.2")
+    seal = Sealer(None, dcid=0x55)
+    try:
+        for psn in range(n):
+            s.sendto(seal.seal_data(psn=psn, ev=3, plane=plane, msg_id=0, msg_offset=0,
+                                    msg_len=1, timestamp=0, payload=b"y"),
+                     (f"10.{plane}.1.2", 4747))
+            time.sleep(0.01)
+    finally:
+        s.close()
