@@ -351,7 +351,7 @@ class Connection:
         if acked or ecn:
             self.cc.on_ack(AckSample(
                 now=now, acked_bytes=acked, rtt=res.rtt, ecn=ecn, ev=sack.echo_ev,
-                plane=sack.plane, in_flight=self.sender.bytes_in_flight,
+                plane=sack.plane, in_flight=self.sender.bytes_in_flight + acked,
             ))
         for msg_id, size in res.messages_acked:
             self._events.append(MessageAcked(msg_id, size))
@@ -516,7 +516,7 @@ class Connection:
                            f"retry budget spent: {s.consecutive_rtos} consecutive timeouts "
                            f"without progress", tell_peer=True, now=now)
                 return
-        if s.has_pending and now - s.last_progress >= self.config.idle_fail_timeout:
+        if s.has_pending and now >= s.last_progress + self.config.idle_fail_timeout:
             self._fail(ConnEvent.RETRY_BUDGET_SPENT,
                        f"no acknowledgement for {now - s.last_progress:.3f}s "
                        f"(parked planes: {self.paths.parked_planes()})", tell_peer=True, now=now)

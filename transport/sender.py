@@ -267,7 +267,7 @@ class Sender:
             if p.seq < ev_acked.get(key, -1):
                 self.lost_by_ev_order += 1
                 lost.append(p)
-            elif now - p.sent_time >= self._threshold(key):
+            elif now >= p.sent_time + self._threshold(key):
                 self.lost_by_time += 1
                 lost.append(p)
         for p in lost:
@@ -312,7 +312,7 @@ class Sender:
     def on_rto(self, now: float) -> list[SentPacket]:
         """Everything out longer than the RTO is lost; back the timer off."""
         rto = self.rto()
-        lost = [p for p in self.inflight.values() if now - p.sent_time >= rto]
+        lost = [p for p in self.inflight.values() if now >= p.sent_time + rto]
         for p in lost:
             self._mark_lost(p)
         self.lost_by_rto += len(lost)
