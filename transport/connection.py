@@ -323,11 +323,10 @@ class Connection:
 
     def _send_sack(self, now: float) -> None:
         assert self._sealer is not None
-        due = self.receiver.make_sack(_DEFAULT_RWND, now, self.sender.rtt.srtt)
-        if due is None:
-            return
-        flags = Flag.ECN_ECHO if due.ecn_echo else 0
-        self._control.append((self._sealer.seal(due.sack, flags=flags), self._ctl_path(due.plane)))
+        for due in self.receiver.make_sacks(_DEFAULT_RWND, now, self.sender.rtt.srtt):
+            flags = Flag.ECN_ECHO if due.ecn_echo else 0
+            self._control.append((self._sealer.seal(due.sack, flags=flags),
+                                  self._ctl_path(due.plane)))
 
     def _heard(self, ev: Ev, now: float) -> None:
         self._plane_heard[ev.plane] = now
