@@ -479,7 +479,7 @@ class Daemon:
             self._end(p, conn, f"connection closed: {ev.reason}")
         elif isinstance(ev, EvStateChanged):
             if self.qlog is not None:
-                self.qlog.event(self.io.now() - self._started, "ev_state", plane=ev.plane,
+                self.qlog.event(self.io.now(), "ev_state", plane=ev.plane,
                                 ev=ev.ev, old=ev.old, new=ev.new, cause="")
             self.log("debug", "ev_state", peer=name, plane=ev.plane, ev=ev.ev, old=ev.old,
                      new=ev.new)
@@ -506,7 +506,7 @@ class Daemon:
                 w = c.cc.cwnd
                 if self._cwnd.get(c.local_cid) != w:
                     self._cwnd[c.local_cid] = w
-                    self.qlog.event(now - self._started, "cwnd", cwnd=w,
+                    self.qlog.event(now, "cwnd", cwnd=w,
                                     inflight=c.sender.bytes_in_flight, pacing_rate=None,
                                     plane=None)
             await asyncio.sleep(0.01)
