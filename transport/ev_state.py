@@ -113,6 +113,8 @@ class Ev:
     #: When the next probe is due (None: not being probed).
     next_probe: float | None = None
     probe_interval: float = 0.0
+    #: Rotations this EV stays skipped (set on entering SKIP).
+    skip_left: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -177,12 +179,18 @@ class EvSet:
         plane_loss_evs: int = 4,
         plane_silence: float | None = None,
         plane_probe_evs: int = 2,
+        skip_rotations: int = 12,
     ) -> None:
         if planes < 1 or evs_per_plane < 1:
             raise ValueError("need at least one plane and one EV per plane")
         if planes * evs_per_plane > 65536:
             raise ValueError("more EVs than 16-bit entropy values")
         self.seed = seed
+        # MRC skips a marked EV "for the rest of the rotation"; with a rotation
+        # shorter than an RTT (many packets in flight) the mark arrives after
+        # the EV was already used again, so one rotation barely moves its
+        # share. Skipping for several rotations makes the penalty bite.
+        self.skip_rotations = max(1, skip_rotations)
         self.base_rtt = base_rtt
         self.probe_initial = 4 * base_rtt if probe_initial is None else probe_initial
         self.probe_max = 64 * base_rtt if probe_max is None else probe_max
@@ -235,6 +243,7 @@ class EvSet:
         self.counts[old] -= 1
         self.counts[new] += 1
         if new is SKIP:
+            ev.skip_left = self.skip_rotations
             self._skipped.append(ev)
         if old is ASSUMED_BAD:
             self._stop_probing(ev)
@@ -249,11 +258,24 @@ class EvSet:
         ev.next_probe = None
         self._probing.pop(ev.index, None)
 
-    def end_rotation(self) -> None:
-        """A rotation wrapped: skipped EVs are GOOD again (MRC)."""
+    def release_skipped(self) -> None:
+        """Every usable EV is skipped: un-skip them all rather than stall."""
         skipped, self._skipped = self._skipped, []
         for ev in skipped:
-            self._apply(ev, EvEvent.ROTATION_WRAP)
+            if ev.state is SKIP:
+                self._apply(ev, EvEvent.ROTATION_WRAP)
+
+    def end_rotation(self) -> None:
+        """A rotation wrapped: EVs skipped ``skip_rotations`` ago are GOOD again."""
+        skipped, self._skipped = self._skipped, []
+        for ev in skipped:
+            if ev.state is not SKIP:
+                continue
+            ev.skip_left -= 1
+            if ev.skip_left > 0:
+                self._skipped.append(ev)
+            else:
+                self._apply(ev, EvEvent.ROTATION_WRAP)
 
     # -- feedback ----------------------------------------------------------------
 

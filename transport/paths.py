@@ -87,8 +87,12 @@ class _Rotation:
         if good == 0 or (good == 1 and avoid is not None and avoid.state is GOOD):
             if counts[SKIP] == 0:
                 return avoid if good else None
-            # Everything else is skipped: end this rotation early.
+            # Everything else is skipped: end this rotation early, and if the
+            # skips outlast it, release them rather than stall the sender.
             self.wrap()
+            if counts[GOOD] == 0 or (counts[GOOD] == 1 and avoid is not None
+                                     and avoid.state is GOOD):
+                self.ev_set.release_skipped()
             good = counts[GOOD]
             if good == 1 and avoid is not None and avoid.state is GOOD:
                 return avoid

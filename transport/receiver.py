@@ -46,6 +46,10 @@ class Receiver:
         self._unacked = 0
         self._ce_since_ack = 0
         self._last: tuple[int, int, int, int] | None = None  # psn, ev, ts, plane
+        # PSN range that arrived since the last SACK: spraying scatters it, so
+        # one 64-PSN bitmap ending at the last arrival may not cover it.
+        self._pend_lo: int | None = None
+        self._pend_hi = -1
         self._ack_deadline: float | None = None
         self._hole_refresh: float | None = None
         self.duplicates = 0
@@ -97,6 +101,11 @@ class Receiver:
             del self._assembly[body.msg_id]
             self._delivered.append((body.msg_id, bytes(asm.buf)))
         self._unacked += 1
+        psn = body.psn
+        if self._pend_lo is None or psn < self._pend_lo:
+            self._pend_lo = psn
+        if psn > self._pend_hi:
+            self._pend_hi = psn
         if self._ack_deadline is None:
             self._ack_deadline = now + self.ack_delay
         # CE marks go back at once so the sender can tell which EV was marked.
@@ -123,27 +132,48 @@ class Receiver:
         out, self._delivered = self._delivered, []
         return out
 
-    def make_sack(self, rwnd: int, now: float, rtt_hint: float) -> AckDue | None:
-        """The SACK for the latest arrival (bitmap ending at it), or None."""
-        if self._last is None:
-            return None
-        psn, ev, ts, plane = self._last
-        base = max(self.cum_psn, psn - (_BITMAP_BITS - 1))
+    def _bitmap(self, base: int) -> int:
         bitmap = 0
         above = self._above
         if above:
             for i in range(_BITMAP_BITS):
                 if base + i in above:
                     bitmap |= 1 << i
+        return bitmap
+
+    def make_sacks(self, rwnd: int, now: float, rtt_hint: float,
+                   max_extra: int = 3) -> list[AckDue]:
+        """SACKs for what arrived since the last one: the last carries the
+        triggering packet's echo (EV, timestamp); up to ``max_extra`` more
+        cover older parts of the range that one bitmap cannot reach."""
+        if self._last is None:
+            return []
+        psn, ev, ts, plane = self._last
+        cum = self.cum_psn
+        out: list[AckDue] = []
+        lo = self._pend_lo
+        base = max(cum, psn - (_BITMAP_BITS - 1))
+        if lo is not None and lo >= cum:
+            start = lo
+            while start < base and len(out) < max_extra:
+                bm = self._bitmap(start)
+                if bm:
+                    first = start + ((bm & -bm).bit_length() - 1)
+                    out.append(AckDue(Sack(cum, start, bm, first, 0, 0, rwnd, 0, plane),
+                                      plane, False))
+                start += _BITMAP_BITS
         ce = self._ce_since_ack
-        sack = Sack(self.cum_psn, base, bitmap, psn, ev, ts, rwnd, min(ce, 0xFFFF), plane)
+        sack = Sack(cum, base, self._bitmap(base), psn, ev, ts, rwnd, min(ce, 0xFFFF), plane)
+        out.append(AckDue(sack, plane, ce > 0))
         self._unacked = 0
         self._ce_since_ack = 0
         self._ack_deadline = None
+        self._pend_lo = None
+        self._pend_hi = -1
         # While holes remain, keep the sender informed even if it goes quiet:
         # a coalescing receiver without this can deadlock a sender on holes.
-        self._hole_refresh = now + max(rtt_hint, self.ack_delay) if above else None
-        return AckDue(sack, plane, ce > 0)
+        self._hole_refresh = now + max(rtt_hint, self.ack_delay) if self._above else None
+        return out
 
     def timer(self) -> float | None:
         a, b = self._ack_deadline, self._hole_refresh

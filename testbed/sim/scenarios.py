@@ -129,7 +129,7 @@ def default_config(fabric: Fabric, **kw: Any) -> ConnectionConfig:
     rate = fabric.link("uplink", a, 0).rate
     base: dict[str, Any] = {
         "planes": fabric.planes, "evs_per_plane": 16, "initial_rtt": rtt,
-        "plane_rate": rate, "min_rto": max(4 * rtt, 50e-6),
+        "plane_rate": rate, "min_rto": max(10 * rtt, 100e-6),
     }
     base.update(kw)
     return ConnectionConfig(**base)
@@ -202,7 +202,7 @@ def _establish(sim: Simulator, *peers: Peer, limit: float = 0.01) -> None:
 
 def run_transfer(*, size: int = 64 << 20, msg_size: int = 1 << 20, loss: float = 0.0,
                  seed: int = 1, planes: int = 4, evs_per_plane: int = 16,
-                 policy: str = "spray", setup: Callable[[Simulator, Fabric], None] | None = None,
+                 policy: str = "spray", setup: Callable[[Simulator, Fabric, Peer, Peer], None] | None = None,
                  until: float = 5.0, **cfg: Any) -> dict[str, Any]:
     """One bulk transfer a→b; scenarios (a) and (b), and the base of others."""
     fab = make_fabric(planes=planes, seed=seed)
@@ -217,14 +217,15 @@ def run_transfer(*, size: int = 64 << 20, msg_size: int = 1 << 20, loss: float =
     _establish(sim, a, b)
     data = pattern(size, seed)
     if setup is not None:
-        setup(sim, fab)
+        setup(sim, fab, a, b)
     start = sim.now
     _send_all(sim, a, data, msg_size)
-    sim.run(until=start + until, done=lambda: a.acked_bytes >= size, max_events=20_000_000)
+    sim.run(until=start + until, done=lambda: a.acked_bytes >= size or a.failed is not None,
+            max_events=20_000_000)
     end = max((t for t, _, _ in b.delivered), default=sim.now)
-    raw = fab.aggregate_capacity("a", "b")
+    raw = fab.aggregate_capacity("a", "b") or 1.0
     cap = raw * payload_fraction(config.payload_size)
-    secs = end - start
+    secs = max(end - start, 1e-12)
     return {
         "ok": _reassemble(b) == data,
         "bytes": size,
@@ -288,12 +289,17 @@ def scenario_plane_down(*, size: int = 32 << 20, msg_size: int = 64 << 10, seed:
     """(d) Plane 1 of 4 dies silently mid-transfer, comes back later."""
     marks: dict[str, float] = {}
 
-    def setup(sim: Simulator, fab: Fabric) -> None:
+    def setup(sim: Simulator, fab: Fabric, a: Peer, b: Peer) -> None:
         t0 = sim.now
         marks["down"] = t0 + down_at
         marks["up"] = t0 + up_at
         sim.at(t0 + down_at, lambda: fab.set_plane_down(1, True))
-        sim.at(t0 + up_at, lambda: fab.set_plane_down(1, False))
+
+        def up() -> None:
+            fab.set_plane_down(1, False)
+            marks["plane1_at_up"] = fab.link("downlink", "b", 1).delivered
+
+        sim.at(t0 + up_at, up)
 
     per_plane: dict[int, list[float]] = {}
 
@@ -323,7 +329,8 @@ def scenario_plane_down(*, size: int = 32 << 20, msg_size: int = 64 << 10, seed:
         "gap_limit": 3 * base_rtt + probe_interval,
         "parked_after": None if parked_at is None else parked_at - marks["down"],
         "restored_after": None if restored_at is None else restored_at - marks["up"],
-        "plane1_delivered": plane1_after, "down_at": marks["down"], "up_at": marks["up"],
+        "plane1_delivered_after_up": plane1_after - marks["plane1_at_up"],
+        "down_at": marks["down"], "up_at": marks["up"],
         "all_plane1_parked": all(
             ev.state.value != "good" for ev in a.conn.paths.evs if ev.plane == 1
         ) if restored_at is None else None,
@@ -342,7 +349,7 @@ def scenario_ecn_path(*, size: int = 16 << 20, seed: int = 5) -> dict[str, Any]:
     fab0: Fabric = base["fabric"]
     share0 = _spine_share(fab0, 0, 0, "b")
 
-    def setup(sim: Simulator, fab: Fabric) -> None:
+    def setup(sim: Simulator, fab: Fabric, a: Peer, b: Peer) -> None:
         fab.link("spine", "b", 0, 0).ecn_threshold = -1
 
     marked = run_transfer(size=size, seed=seed, setup=setup)
@@ -357,7 +364,7 @@ def scenario_gray(*, size: int = 16 << 20, seed: int = 6, drop: float = 0.3) -> 
     base = run_transfer(size=size, seed=seed)
     share0 = _spine_share(base["fabric"], 0, 0, "b")
 
-    def setup(sim: Simulator, fab: Fabric) -> None:
+    def setup(sim: Simulator, fab: Fabric, a: Peer, b: Peer) -> None:
         fab.link("spine", "b", 0, 0).gray_loss = drop
 
     gray = run_transfer(size=size, seed=seed, setup=setup)
@@ -372,7 +379,7 @@ def scenario_all_dead(*, seed: int = 7) -> dict[str, Any]:
     """(g) Every plane dies: the connection must fail with a reason, bounded."""
     marks: dict[str, float] = {}
 
-    def setup(sim: Simulator, fab: Fabric) -> None:
+    def setup(sim: Simulator, fab: Fabric, a: Peer, b: Peer) -> None:
         marks["down"] = sim.now + 1e-3
 
         def kill() -> None:
@@ -386,3 +393,124 @@ def scenario_all_dead(*, seed: int = 7) -> dict[str, Any]:
     failed_at = r["sim"].now
     return {"failed": a.failed, "fail_after": failed_at - marks["down"],
             "state": a.conn.state.value}
+
+
+def scenario_hostile(*, size: int = 8 << 20, seed: int = 8) -> dict[str, Any]:
+    """(h) Forged, tampered, replayed, duplicated packets and forged trimmed
+    headers injected mid-transfer, in both directions."""
+    import random as _random
+
+    from transport.datagram import RxInfo as _Rx
+    from wire.constants import Dscp as _Dscp
+    from wire.constants import trim_point as _trim_point
+
+    rng = _random.Random(seed)
+    captured_ab: list[bytes] = []
+    captured_ba: list[bytes] = []
+    injected = {"to_b": 0, "to_a": 0}
+
+    def setup(sim: Simulator, fab: Fabric, a: Peer, b: Peer) -> None:
+        a_peer: Peer = holder["a"]
+        b_peer: Peer = holder["b"]
+        orig_a, orig_b = a_peer.datagrams_to_send, b_peer.datagrams_to_send
+
+        def tap_a(now: float) -> list[tuple[bytes, TxPath]]:
+            out = orig_a(now)
+            if out and len(captured_ab) < 200 and rng.random() < 0.05:
+                captured_ab.append(out[0][0])
+            return out
+
+        def tap_b(now: float) -> list[tuple[bytes, TxPath]]:
+            out = orig_b(now)
+            if out and len(captured_ba) < 200 and rng.random() < 0.05:
+                captured_ba.append(out[0][0])
+            return out
+
+        a_peer.datagrams_to_send = tap_a  # type: ignore[method-assign]
+        b_peer.datagrams_to_send = tap_b  # type: ignore[method-assign]
+
+        def attack(target: Peer, pool: list[bytes], key: str) -> None:
+            now = sim.now
+            forged: list[tuple[bytes, int]] = []
+            for d in pool[-20:]:
+                forged.append((d, 0))  # replay / duplicate
+                t = bytearray(d)
+                t[rng.randrange(len(t))] ^= 1 << rng.randrange(8)  # tamper one bit
+                forged.append((bytes(t), 0))
+                cut = _trim_point(d)
+                if cut is not None:
+                    f = bytearray(d[:cut])
+                    f[cut - 16:cut] = rng.randbytes(16)  # forged "trimmed" header
+                    forged.append((bytes(f), int(_Dscp.TRIMMED)))
+                    forged.append((d[:cut], int(_Dscp.TRIMMED)))  # replayed trim
+            forged.append((rng.randbytes(100), 0))
+            for data, dscp in forged:
+                target.receive_datagram(data, _Rx(plane=0, dscp=dscp), now)
+                injected[key] += 1
+            sim.wake(target)
+
+        for k in range(1, 6):
+            sim.at(sim.now + k * 4e-4, lambda: attack(holder["b"], captured_ab, "to_b"))
+            sim.at(sim.now + k * 4e-4 + 1e-4, lambda: attack(holder["a"], captured_ba, "to_a"))
+
+    holder: dict[str, Peer] = {}
+
+    def setup_hold(sim: Simulator, fab: Fabric, a: Peer, b: Peer) -> None:
+        holder["a"], holder["b"] = a, b
+        setup(sim, fab, a, b)
+
+    r = run_transfer(size=size, seed=seed, setup=setup_hold)
+    a: Peer = r["a"]
+    b: Peer = r["b"]
+    dropped_b = sum(b.conn.dropped.values())
+    dropped_a = sum(a.conn.dropped.values())
+    return {"ok": r["ok"], "injected_to_b": injected["to_b"], "injected_to_a": injected["to_a"],
+            "dropped_by_b": dropped_b, "dropped_by_a": dropped_a,
+            "drop_reasons_b": dict(b.conn.dropped), "drop_reasons_a": dict(a.conn.dropped),
+            "retransmissions": r["retransmissions"], "nacks": r["nacks"],
+            "goodput_over_capacity": r["goodput_over_capacity"]}
+
+
+def _colliding_seeds(fab: Fabric, srcs: tuple[str, str], dst: str, policy: str,
+                     evs_per_plane: int) -> tuple[int, int]:
+    from transport.paths import get_policy
+
+    found: dict[str, int] = {}
+    for src in srcs:
+        for seed in range(1, 10_000):
+            ev = get_policy(policy, planes=1, evs_per_plane=evs_per_plane, seed=seed).next_ev(0.0)
+            if ev is not None and fab.spine_for(src, dst, 0, ev.value) == 0:
+                found[src] = seed
+                break
+    return found[srcs[0]], found[srcs[1]]
+
+
+def scenario_collision(*, size_each: int = 8 << 20) -> dict[str, Any]:
+    """(i) Two flows into one host over 1 plane × 2 spines of half rate each:
+    ``single`` flows that hash onto the same spine vs the same with ``spray``."""
+    rate, delay = 1.25e9, 5e-6
+    times: dict[str, float] = {}
+    for policy in ("single", "spray"):
+        sp = LinkSpec(rate=rate / 2, delay=delay, buffer=1 << 20)
+        fab = make_fabric(planes=1, spines=2, hosts=("a1", "a2", "b"), spine=sp)
+        s1, s2 = _colliding_seeds(fab, ("a1", "a2"), "b", "single", 16)
+        sim = Simulator(fab)
+        base = default_config(fab, planes=1, path_policy=policy)
+        p1 = connect_pair(sim, "a1", "b", config=replace(base, seed=s1), cids=(11, 21))
+        p2 = connect_pair(sim, "a2", "b", config=replace(base, seed=s2), cids=(12, 22))
+        _establish(sim, *p1, *p2)
+        d1, d2 = pattern(size_each, 1), pattern(size_each, 2)
+        start = sim.now
+        _send_all(sim, p1[0], d1, 1 << 20)
+        _send_all(sim, p2[0], d2, 1 << 20)
+        sim.run(until=start + 5.0, done=lambda: p1[0].acked_bytes >= size_each
+                and p2[0].acked_bytes >= size_each, max_events=20_000_000)
+        ok = _reassemble(p1[1]) == d1 and _reassemble(p2[1]) == d2
+        if not ok:
+            raise AssertionError(f"{policy}: transfer not byte-exact")
+        times[policy] = sim.now - start
+        if policy == "single":
+            times["single_same_spine"] = float(
+                fab.spine_for("a1", "b", 0, p1[0].conn.paths.evs[0].value) == 0)
+    return {"ok": True, "single_seconds": times["single"], "spray_seconds": times["spray"],
+            "speedup": times["single"] / times["spray"]}

@@ -78,7 +78,7 @@ def test_rotation_reshuffles_every_n_and_differs_by_seed() -> None:
 
 
 def test_ecn_ack_skips_for_rest_of_rotation_then_good() -> None:
-    p = SprayPolicy(planes=2, evs_per_plane=4, seed=5)
+    p = SprayPolicy(planes=2, evs_per_plane=4, seed=5, skip_rotations=1)
     first = [p.next_ev(0.0) for _ in range(2)]
     ahead = p.rotation.order[5]  # not yet used in this rotation
     p.on_ack(ahead, 0.0, ecn=True, rtt=RTT)
@@ -89,6 +89,16 @@ def test_ecn_ack_skips_for_rest_of_rotation_then_good() -> None:
     assert ahead.state is SKIP
     nxt = [p.next_ev(0.0) for _ in range(8)]  # the wrap restores it
     assert ahead.state is GOOD and ahead in nxt
+
+
+def test_skip_lasts_skip_rotations() -> None:
+    p = SprayPolicy(planes=1, evs_per_plane=4, seed=5, skip_rotations=3)
+    marked = p.evs[0]
+    p.on_ack(marked, 0.0, ecn=True, rtt=RTT)
+    picks = [p.next_ev(0.0) for _ in range(3 * 3)]  # 3 rotations of the 3 others
+    assert marked not in picks and marked.state is SKIP
+    later = [p.next_ev(0.0) for _ in range(8)]
+    assert marked.state is GOOD and marked in later
 
 
 def test_all_skipped_ends_rotation_early() -> None:

@@ -1,0 +1,79 @@
+"""The connection core in the simulated fabric: the issue's scenarios a–i.
+
+Each test asserts on a figure the scenario measures (see testbed/sim/scenarios.py,
+shared with ``braid bench sim``). Virtual time only: deterministic and seeded.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.sim import scenarios as S
+
+
+def test_a_bulk_64mib_four_planes_no_faults() -> None:
+    r = S.run_transfer(size=64 << 20, evs_per_plane=16)
+    assert r["ok"], "transfer must be byte-exact"
+    assert r["goodput_over_capacity"] >= 0.95, r["goodput_over_capacity"]
+    assert r["rtos"] == 0 and r["retransmissions"] == 0
+
+
+@pytest.mark.parametrize("loss, floor", [(0.01, 0.6), (0.05, 0.2)])
+def test_b_random_loss_on_every_path(loss: float, floor: float) -> None:
+    r = S.run_transfer(size=16 << 20, loss=loss)
+    assert r["ok"]
+    # MRC publishes about 1/3 of line rate at 1% loss; we must do better there.
+    assert r["goodput_over_capacity"] >= floor, r["goodput_over_capacity"]
+    assert r["retransmissions"] > 0  # the loss really happened
+
+
+def test_c_incast_8_to_1_trimming_last_hop() -> None:
+    r = S.scenario_incast()
+    assert r["ok"] and not r["failed"]
+    assert r["trims_last_hop"] > 100  # the last hop really trimmed
+    assert r["rtos"] == 0, "trimmed packets must be recovered by NACK, not by timeout"
+    assert r["nacks"] == r["trims_last_hop"]
+    assert r["trims_fabric"] == 0
+    assert r["completion_over_ideal"] <= 1.2, r["completion_over_ideal"]
+
+
+def test_d_plane_dies_silently_and_returns() -> None:
+    r = S.scenario_plane_down()
+    assert r["ok"]
+    assert r["max_gap"] <= r["gap_limit"], (r["max_gap"], r["gap_limit"])
+    assert r["parked_after"] is not None and r["parked_after"] <= 3 * r["base_rtt"]
+    assert r["restored_after"] is not None, "probes must restore the plane"
+    assert r["plane1_delivered_after_up"] > 100, "traffic must flow on the plane again"
+
+
+def test_e_ecn_marked_path_loses_share() -> None:
+    r = S.scenario_ecn_path()
+    assert r["ok"]
+    assert r["reduction"] >= 4.0, r
+
+
+def test_f_gray_failure_share_falls() -> None:
+    r = S.scenario_gray()
+    assert r["ok"]
+    assert r["reduction"] >= 1.5, r
+
+
+def test_g_every_plane_dead_fails_with_reason() -> None:
+    r = S.scenario_all_dead()
+    assert r["state"] == "failed"
+    assert r["failed"] and ("retry budget" in r["failed"] or "no acknowledgement" in r["failed"])
+    assert r["fail_after"] <= 2.5
+
+
+def test_h_hostile_packets_dropped_and_counted() -> None:
+    r = S.scenario_hostile()
+    assert r["ok"]
+    assert r["injected_to_b"] > 50 and r["injected_to_a"] > 20
+    assert r["dropped_by_b"] == r["injected_to_b"]
+    assert r["dropped_by_a"] == r["injected_to_a"]
+    assert r["retransmissions"] == 0 and r["nacks"] == 0, "forgeries must not cause resends"
+
+
+def test_i_spray_beats_colliding_single_paths() -> None:
+    r = S.scenario_collision()
+    assert r["speedup"] >= 1.6, r
