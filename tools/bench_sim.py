@@ -1,0 +1,92 @@
+"""``braid bench sim``: the core's scenarios (a)–(i) in the simulated fabric.
+
+The same runners the scenario tests assert on (testbed/sim/scenarios.py);
+virtual time, so the figures are deterministic and independent of this
+machine's load. Real seconds per scenario are reported for information.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from testbed.sim import scenarios as S
+from tools.bench_common import environment, markdown_table, progress, text_table, write_results
+
+HELP = "scenarios a-i of the connection core in the simulated fabric"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--only", default="", help="comma-separated scenario letters, e.g. a,c,i")
+
+
+def _scenarios(quick: bool) -> dict[str, tuple[str, Any]]:
+    big = 16 << 20 if quick else 64 << 20
+    return {
+        "a": ("bulk, 4 planes x 16 EVs, no faults", lambda: S.run_transfer(size=big)),
+        "b1": ("1% random loss on every path", lambda: S.run_transfer(size=16 << 20, loss=0.01)),
+        "b5": ("5% random loss on every path", lambda: S.run_transfer(size=16 << 20, loss=0.05)),
+        "c": ("8-to-1 incast, trimming last hop", S.scenario_incast),
+        "d": ("plane 1 of 4 dies silently, returns", S.scenario_plane_down),
+        "e": ("one spine path CE-marks everything", S.scenario_ecn_path),
+        "f": ("gray failure: one path drops 30%", S.scenario_gray),
+        "g": ("every plane dies", S.scenario_all_dead),
+        "h": ("forged/tampered/replayed packets", S.scenario_hostile),
+        "i": ("two colliding single paths vs spray", S.scenario_collision),
+    }
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def _figures(key: str, r: dict[str, Any]) -> dict[str, Any]:
+    plain = {k: v for k, v in r.items() if isinstance(v, int | float | str | bool | type(None))}
+    if key in ("a", "b1", "b5"):
+        return {"ok": r["ok"], "goodput/capacity": r["goodput_over_capacity"],
+                "goodput/raw wire rate": r["goodput_over_raw"], "RTOs": r["rtos"],
+                "retransmissions": r["retransmissions"], "NACKs": r["nacks"]}
+    if key == "c":
+        return {"ok": r["ok"], "completion/ideal": r["completion_over_ideal"], "RTOs": r["rtos"],
+                "last-hop trims": r["trims_last_hop"], "NACKs": r["nacks"],
+                "retransmissions": r["retransmissions"], "lost by time": r["lost_by_time"]}
+    if key == "d":
+        return {"ok": r["ok"], "max delivery gap (us)": r["max_gap"] * 1e6,
+                "limit 3xRTT+probe (us)": r["gap_limit"] * 1e6,
+                "parked after (us)": (r["parked_after"] or 0) * 1e6,
+                "restored after up (us)": (r["restored_after"] or 0) * 1e6,
+                "goodput/capacity": r["goodput_over_capacity"]}
+    if key in ("e", "f"):
+        return plain
+    return plain
+
+
+def run(args: argparse.Namespace) -> int:
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    rows: list[list[str]] = []
+    data: dict[str, Any] = {"environment": environment(), "scenarios": {}}
+    for key, (title, fn) in _scenarios(args.quick).items():
+        if only and key not in only and key.rstrip("15") not in only:
+            continue
+        progress(f"sim: scenario {key}: {title} ...")
+        t0 = time.perf_counter()
+        r = fn()
+        real = time.perf_counter() - t0
+        figs = _figures(key, r)
+        figs["real seconds"] = real
+        data["scenarios"][key] = {"title": title, **figs}
+        rows.append([key, title, "; ".join(f"{k} {_fmt(v)}" for k, v in figs.items())])
+    header = ["", "scenario", "figures (virtual time)"]
+    print(text_table(header, rows))
+    md = (
+        "Scenarios of the connection core in the simulated fabric (`braid bench sim`; "
+        "virtual time, deterministic; capacity = wire rate x payload fraction, "
+        "i.e. the best goodput the fabric allows after headers).\n\n"
+        + markdown_table(header, rows)
+    )
+    path = write_results("sim", data, md, args.out, update_docs=args.update_docs, docs=args.docs)
+    print(f"results: {path}")
+    return 0
