@@ -1,0 +1,433 @@
+"""``braid bench goodput``: Braid vs kernel TCP vs aioquic, one run, same payload.
+
+Two network namespaces joined by one veth pair (created and removed here;
+root only), or loopback (127.0.0.2 -> 127.0.0.3) when not root. Each side is
+its own process (``python -m tools.bench_goodput worker ...``), so each
+stack gets a core. Measured per stack: goodput (payload bytes / time from the
+sender's start to the receiver's last byte), packets/s on the link (veth
+counters, both directions: TCP's are TSO/GRO super-packets), and CPU seconds
+per GB (user+system of both processes; softirq work outside them is not
+counted).
+
+- Braid: ``transport.aio.EndpointIO`` (the daemon's engine, without the
+  control socket), AES-GCM on, 1 plane, 4 MiB messages.
+- TCP: plain Python sockets, ``sendall`` of 1 MiB / ``recv_into``.
+- aioquic: one stream, self-signed certificate, default congestion control.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import os
+import pstats
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HELP = "goodput of Braid vs kernel TCP vs aioquic between two namespaces"
+NAME = "goodput"
+PORT = 4790
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+# -- workers (run inside a namespace) ------------------------------------------------------
+
+
+def _braid_config() -> Any:
+    from transport.config import ConnectionConfig
+    from transport.daemon import HOST_CONNECTION_DEFAULTS
+
+    kw = dict(HOST_CONNECTION_DEFAULTS)
+    kw["planes"] = 1
+    return ConnectionConfig(**kw)
+
+
+async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
+                 profile: str | None) -> dict[str, Any]:
+    from transport.aio import EndpointIO
+    from transport.endpoint import Endpoint
+    from transport.events import ConnectionFailed, MessageDelivered
+    from transport.udp import PeerTable, PlaneAddr
+
+    cfg = _braid_config()
+    table = PeerTable(1, [PORT])
+    table.add("peer", [PlaneAddr(peer, PORT)])
+    done = asyncio.Event()
+    got = [0]
+    t_end = [0.0]
+    failed: list[str] = []
+
+    def on_event(conn: Any, p: Any, ev: Any) -> None:
+        if isinstance(ev, MessageDelivered):
+            got[0] += len(ev.data)
+            if got[0] >= size:
+                t_end[0] = time.monotonic()
+                done.set()
+        elif isinstance(ev, ConnectionFailed):
+            failed.append(ev.reason)
+            done.set()
+
+    ep = Endpoint(config=cfg, secret=secret, accept=role == "rx")
+    eio = EndpointIO(ep, [PlaneAddr(me, PORT)], table, on_event=on_event)
+    eio.open()
+    cpu0 = _cpu()
+    prof = cProfile.Profile() if profile else None
+    try:
+        if role == "rx":
+            _emit({"ready": True})
+            await asyncio.wait_for(done.wait(), 600)
+            return {"bytes": got[0], "t_end": t_end[0], "cpu": _cpu() - cpu0,
+                    "failed": failed, "io": eio.stats()}
+        chunk = 4 << 20
+        block = os.urandom(chunk)
+        if prof is not None:
+            prof.enable()
+        t0 = time.monotonic()
+        conn = eio.connect("peer")
+        for off in range(0, size, chunk):
+            conn.send_message(block[: min(chunk, size - off)])
+        eio.kick()
+        while conn.sender.has_pending and not conn.is_terminal:
+            await asyncio.sleep(0.005)
+        if prof is not None:
+            prof.disable()
+            s = io.StringIO()
+            pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
+            Path(profile).write_text(s.getvalue())  # type: ignore[arg-type]
+        return {"t_start": t0, "cpu": _cpu() - cpu0, "stats": conn.stats(),
+                "failed": conn.failure_reason}
+    finally:
+        eio.close()
+
+
+def _tcp(role: str, me: str, peer: str, size: int) -> dict[str, Any]:
+    import socket
+
+    cpu0 = _cpu()
+    if role == "rx":
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind((me, PORT))
+        srv.listen(1)
+        _emit({"ready": True})
+        c, _ = srv.accept()
+        buf = bytearray(1 << 20)
+        got = 0
+        while got < size:
+            n = c.recv_into(buf)
+            if n == 0:
+                break
+            got += n
+        t_end = time.monotonic()
+        c.close()
+        srv.close()
+        return {"bytes": got, "t_end": t_end, "cpu": _cpu() - cpu0}
+    s = socket.create_connection((peer, PORT))
+    block = os.urandom(1 << 20)
+    t0 = time.monotonic()
+    sent = 0
+    while sent < size:
+        n = min(len(block), size - sent)
+        s.sendall(block[:n] if n < len(block) else block)
+        sent += n
+    s.shutdown(socket.SHUT_WR)
+    s.recv(1)
+    s.close()
+    return {"t_start": t0, "cpu": _cpu() - cpu0}
+
+
+def _cert(tmp: Path) -> tuple[Path, Path]:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "braid-bench")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    cp, kp = tmp / "cert.pem", tmp / "key.pem"
+    cp.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    kp.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                     serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption()))
+    return cp, kp
+
+
+async def _quic(role: str, me: str, peer: str, size: int, tmp: Path) -> dict[str, Any]:
+    from aioquic.asyncio import QuicConnectionProtocol, connect, serve
+    from aioquic.quic.configuration import QuicConfiguration
+    from aioquic.quic.events import StreamDataReceived
+
+    cpu0 = _cpu()
+    if role == "rx":
+        cp, kp = _cert(tmp)
+        done = asyncio.Event()
+        state = {"got": 0, "t_end": 0.0}
+
+        class Server(QuicConnectionProtocol):
+            def quic_event_received(self, event: Any) -> None:
+                if isinstance(event, StreamDataReceived):
+                    state["got"] += len(event.data)
+                    if event.end_stream:
+                        state["t_end"] = time.monotonic()
+                        self._quic.send_stream_data(event.stream_id, b"ok", end_stream=True)
+                        self.transmit()
+                        done.set()
+
+        cfg = QuicConfiguration(is_client=False, alpn_protocols=["bench"],
+                                max_data=1 << 30, max_stream_data=1 << 30)
+        cfg.load_cert_chain(str(cp), str(kp))
+        server = await serve(me, PORT, configuration=cfg, create_protocol=Server)
+        _emit({"ready": True})
+        await asyncio.wait_for(done.wait(), 900)
+        await asyncio.sleep(0.2)
+        server.close()
+        return {"bytes": state["got"], "t_end": state["t_end"], "cpu": _cpu() - cpu0}
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=["bench"], verify_mode=0,
+                            max_data=1 << 30, max_stream_data=1 << 30)
+    block = os.urandom(1 << 20)
+    t0 = time.monotonic()
+    async with connect(peer, PORT, configuration=cfg) as client:
+        reader, writer = await client.create_stream()
+        sent = 0
+        while sent < size:
+            n = min(len(block), size - sent)
+            writer.write(block[:n])
+            sent += n
+            await writer.drain()
+        writer.write_eof()
+        await asyncio.wait_for(reader.read(), 900)
+    return {"t_start": t0, "cpu": _cpu() - cpu0}
+
+
+def worker(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="bench_goodput worker")
+    p.add_argument("stack", choices=["braid", "tcp", "quic"])
+    p.add_argument("role", choices=["tx", "rx"])
+    p.add_argument("--me", required=True)
+    p.add_argument("--peer", required=True)
+    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--secret", default="00" * 32)
+    p.add_argument("--tmp", default="/tmp")
+    p.add_argument("--profile")
+    a = p.parse_args(argv)
+    from transport.aio import new_event_loop
+
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        if a.stack == "braid":
+            res = loop.run_until_complete(_braid(a.role, a.me, a.peer, a.size,
+                                                 bytes.fromhex(a.secret), a.profile))
+        elif a.stack == "tcp":
+            res = _tcp(a.role, a.me, a.peer, a.size)
+        else:
+            res = loop.run_until_complete(_quic(a.role, a.me, a.peer, a.size, Path(a.tmp)))
+    finally:
+        loop.close()
+    _emit({"result": res})
+    return 0
+
+
+# -- orchestration -------------------------------------------------------------------------
+
+
+class Net:
+    """Two namespaces and one veth pair (root), or loopback."""
+
+    def __init__(self) -> None:
+        self.root = os.geteuid() == 0 and shutil.which("ip") is not None
+        tag = os.getpid() % 100000
+        self.ns = [f"bgA{tag}", f"bgB{tag}"]
+        self.ifs = [f"bg{tag}a", f"bg{tag}b"]
+        self.addrs = ["10.79.0.1", "10.79.0.2"] if self.root else ["127.0.0.2", "127.0.0.3"]
+        self.made: list[str] = []
+
+    def _ip(self, *args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+    def up(self) -> None:
+        if not self.root:
+            return
+        for n in self.ns:
+            self._ip("netns", "add", n)
+            self.made.append(n)
+            self._ip("-n", n, "link", "set", "lo", "up")
+        self._ip("-n", self.ns[0], "link", "add", self.ifs[0], "type", "veth", "peer", "name",
+                 self.ifs[1])
+        self._ip("-n", self.ns[0], "link", "set", self.ifs[1], "netns", self.ns[1])
+        for n, i, a in zip(self.ns, self.ifs, self.addrs, strict=True):
+            self._ip("-n", n, "addr", "add", f"{a}/24", "dev", i)
+            self._ip("-n", n, "link", "set", i, "up")
+
+    def down(self) -> None:
+        for n in self.made:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=30)
+        self.made.clear()
+
+    def prefix(self, side: int) -> list[str]:
+        return ["ip", "netns", "exec", self.ns[side]] if self.root else []
+
+    def packets(self) -> int:
+        """tx packets of both link ends (loopback: of lo, shared with the host)."""
+        total = 0
+        for side in (0, 1) if self.root else (0,):
+            ifname = self.ifs[side] if self.root else "lo"
+            path = f"/sys/class/net/{ifname}/statistics/tx_packets"
+            cmd = [*self.prefix(side), "cat", path]
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+            total += int(out.strip() or 0)
+        return total
+
+
+def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None) -> dict[str, Any]:
+    secret = os.urandom(32).hex()
+    base = [sys.executable, "-m", "tools.bench_goodput", "worker", stack]
+    common = ["--size", str(size), "--secret", secret, "--tmp", str(tmp)]
+    rx = subprocess.Popen([*net.prefix(1), *base, "rx", "--me", net.addrs[1], "--peer",
+                           net.addrs[0], *common], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    tx: subprocess.Popen[str] | None = None
+    try:
+        assert rx.stdout is not None
+        line = rx.stdout.readline()
+        if '"ready"' not in line:
+            raise RuntimeError(f"{stack} receiver did not start: {rx.stderr.read() if rx.stderr else ''}")
+        pk0 = net.packets()
+        extra = ["--profile", profile] if profile else []
+        tx = subprocess.Popen([*net.prefix(0), *base, "tx", "--me", net.addrs[0], "--peer",
+                               net.addrs[1], *common, *extra], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        tout, terr = tx.communicate(timeout=900)
+        rout, rerr = rx.communicate(timeout=120)
+        pk1 = net.packets()
+    finally:
+        for pr in (rx, tx):
+            if pr is not None and pr.poll() is None:
+                pr.kill()
+                pr.wait()
+    try:
+        t = json.loads(tout.strip().splitlines()[-1])["result"]
+        r = json.loads(rout.strip().splitlines()[-1])["result"]
+    except (IndexError, ValueError, KeyError):
+        raise RuntimeError(f"{stack} failed: {terr[-800:]} {rerr[-800:]}") from None
+    secs = r["t_end"] - t["t_start"]
+    cpu = t["cpu"] + r["cpu"]
+    return {
+        "stack": stack, "bytes": r["bytes"], "complete": r["bytes"] >= size,
+        "seconds": secs, "goodput_MBps": r["bytes"] / secs / 1e6,
+        "packets": pk1 - pk0, "pps": (pk1 - pk0) / secs,
+        "cpu_s": cpu, "cpu_s_per_GB": cpu / (r["bytes"] / 1e9),
+        "detail": {k: v for k, v in t.items() if k in ("stats", "failed")},
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", default=None, help="payload bytes per stack (default 256MiB, "
+                        "--quick 32MiB)")
+    parser.add_argument("--stacks", default="braid,tcp,quic",
+                        help="comma-separated subset of braid,tcp,quic")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile the Braid sender; top functions in the results")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tools.bench_common import environment, markdown_table, progress, text_table, write_results
+    from tools.cmd_transfer import parse_size
+    from tools.errors import UserError
+
+    size = parse_size(args.size) if args.size else (32 << 20 if args.quick else 256 << 20)
+    stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
+    if not stacks or any(s not in ("braid", "tcp", "quic") for s in stacks):
+        raise UserError("--stacks takes braid, tcp and/or quic")
+    net = Net()
+    import tempfile
+
+    results: dict[str, dict[str, Any]] = {}
+    profile_text = ""
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        try:
+            net.up()
+            for s in stacks:
+                progress(f"{s}: {size} bytes {'between namespaces' if net.root else 'on loopback'}")
+                prof = str(tmp / "braid.prof") if (s == "braid" and args.profile) else None
+                results[s] = _run_pair(net, s, size, tmp, prof)
+                progress(f"{s}: {results[s]['goodput_MBps']:.1f} MB/s")
+                if prof and Path(prof).exists():
+                    profile_text = Path(prof).read_text()
+        except RuntimeError as exc:
+            raise UserError(str(exc)) from None
+        finally:
+            net.down()
+    env = environment()
+
+    def ratio(a: str, b: str) -> float | None:
+        if a in results and b in results:
+            return results[a]["goodput_MBps"] / results[b]["goodput_MBps"]
+        return None
+
+    ratios = {"braid_vs_quic": ratio("braid", "quic"), "braid_vs_tcp": ratio("braid", "tcp")}
+    header = ["stack", "goodput MB/s", "Gbit/s", "packets/s", "CPU s/GB", "complete"]
+    rows = [[s, f"{r['goodput_MBps']:.1f}", f"{r['goodput_MBps'] * 8 / 1000:.3f}",
+             f"{r['pps']:,.0f}", f"{r['cpu_s_per_GB']:.1f}", str(r["complete"])]
+            for s, r in results.items()]
+    print(text_table(header, rows))
+    for k, v in ratios.items():
+        if v is not None:
+            print(f"{k}: {v:.2f}x")
+    if profile_text:
+        print(profile_text)
+    where = "two namespaces joined by one veth pair" if net.root else "loopback (not root)"
+    rtxt = ", ".join(f"{k.replace('_', ' ')} {v:.2f}x" for k, v in ratios.items() if v)
+    md = (f"`braid bench goodput`: {size / (1 << 20):.0f} MiB per stack, {where}, each side its "
+          f"own process. Braid = `EndpointIO` with AES-GCM, 1 plane, 4 MiB messages; TCP = "
+          f"Python sockets; aioquic {_aioquic_version()} one stream. Ratios: {rtxt}. "
+          f"Packets/s counts link packets in both directions (TCP's are TSO super-packets); "
+          f"CPU is user+system of both processes.\n\n" + markdown_table(header, rows)
+          + f"\n\nMeasured {env['time']} on {env['machine']}, {env['cpus']} CPUs, "
+          f"{env['system']}, Python {env['python']}.")
+    data = {"bench": NAME, "size": size, "where": where, "environment": env,
+            "results": results, "ratios": ratios, "profile": profile_text}
+    path = write_results(NAME, data, md, args.out, update_docs=bool(args.update_docs),
+                         docs=args.docs)
+    progress(f"wrote {path}")
+    return 0
+
+
+def _aioquic_version() -> str:
+    try:
+        import aioquic
+
+        return str(aioquic.__version__)
+    except ImportError:
+        return "(not installed)"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        sys.exit(worker(sys.argv[2:]))
+    sys.exit("usage: braid bench goodput")
