@@ -66,9 +66,27 @@ def ev_states_section() -> str:
     )
 
 
+def conn_states_section() -> str:
+    from transport.conn_state import ConnState
+    from transport.conn_state import TRANSITIONS as CONN_TRANSITIONS
+
+    return "\n".join(
+        [
+            "```mermaid",
+            mermaid_state_diagram(CONN_TRANSITIONS, ConnState.HANDSHAKING),
+            "```",
+            "",
+            "Generated from `transport/conn_state.py` `TRANSITIONS`. Any event not",
+            "drawn from a state is a bug (`InvalidTransition`). FAILED always comes",
+            "with a reason (retry budget, handshake timeout, reset by peer).",
+        ]
+    )
+
+
 #: Marker name -> function producing the text between its markers.
 SECTIONS: dict[str, Callable[[], str]] = {
     "ev-states": ev_states_section,
+    "conn-states": conn_states_section,
 }
 
 _SKELETON = """# State machines
@@ -80,6 +98,11 @@ edit the tables, not the diagrams.
 
 <!-- ev-states:begin -->
 <!-- ev-states:end -->
+
+## Connection states
+
+<!-- conn-states:begin -->
+<!-- conn-states:end -->
 """
 
 

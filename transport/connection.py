@@ -459,7 +459,8 @@ class Connection:
         plane = self._hs_tries % self.config.planes
         self._control.append((self._hs_packet, self._ctl_path(plane)))
         self._hs_tries += 1
-        wait = max(4 * self.config.initial_rtt, self.config.min_rto) * (1 << min(self._hs_tries, 12))
+        first = max(4 * self.config.initial_rtt, self.config.min_rto)
+        wait = first * (1 << min(self._hs_tries, 12))
         self._hs_deadline = now + wait
 
     def next_timer(self) -> float | None:

@@ -8,6 +8,7 @@ what CI asserts on.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -174,7 +175,7 @@ def pattern(n: int, seed: int = 0) -> bytes:
 
 def max_delivery_gap(times: list[float], start: float, end: float) -> float:
     pts = [start, *sorted(times), end]
-    return max((b - a for a, b in zip(pts, pts[1:], strict=False)), default=0.0)
+    return max((b - a for a, b in itertools.pairwise(pts)), default=0.0)
 
 
 # -- the issue's scenarios ---------------------------------------------------------
@@ -202,7 +203,8 @@ def _establish(sim: Simulator, *peers: Peer, limit: float = 0.01) -> None:
 
 def run_transfer(*, size: int = 64 << 20, msg_size: int = 1 << 20, loss: float = 0.0,
                  seed: int = 1, planes: int = 4, evs_per_plane: int = 16,
-                 policy: str = "spray", setup: Callable[[Simulator, Fabric, Peer, Peer], None] | None = None,
+                 policy: str = "spray",
+                 setup: Callable[[Simulator, Fabric, Peer, Peer], None] | None = None,
                  until: float = 5.0, **cfg: Any) -> dict[str, Any]:
     """One bulk transfer a→b; scenarios (a) and (b), and the base of others."""
     fab = make_fabric(planes=planes, seed=seed)
@@ -246,7 +248,7 @@ def scenario_incast(*, senders: int = 8, size_each: int = 2 << 20, planes: int =
                     seed: int = 3, msg_size: int = 256 << 10) -> dict[str, Any]:
     """(c) N-to-1 through last-hop ports that trim above a small queue."""
     rate, delay = 1.25e9, 5e-6
-    hosts = tuple(f"s{i}" for i in range(senders)) + ("r",)
+    hosts = (*(f"s{i}" for i in range(senders)), "r")
     dn = LinkSpec(rate=rate, delay=delay, buffer=1 << 20, trim_threshold=32 * 1024)
     fab = make_fabric(planes=planes, seed=seed, hosts=hosts, downlink=dn)
     sim = Simulator(fab)
@@ -503,8 +505,9 @@ def scenario_collision(*, size_each: int = 8 << 20) -> dict[str, Any]:
         start = sim.now
         _send_all(sim, p1[0], d1, 1 << 20)
         _send_all(sim, p2[0], d2, 1 << 20)
-        sim.run(until=start + 5.0, done=lambda: p1[0].acked_bytes >= size_each
-                and p2[0].acked_bytes >= size_each, max_events=20_000_000)
+        a1, a2 = p1[0], p2[0]
+        sim.run(until=start + 5.0, done=lambda a1=a1, a2=a2: a1.acked_bytes >= size_each
+                and a2.acked_bytes >= size_each, max_events=20_000_000)
         ok = _reassemble(p1[1]) == d1 and _reassemble(p2[1]) == d2
         if not ok:
             raise AssertionError(f"{policy}: transfer not byte-exact")

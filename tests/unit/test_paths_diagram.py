@@ -48,7 +48,10 @@ def test_generic_table_and_markers(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="door:begin"):
         gen.render("no markers", sections)
     stale = tmp_path / "sm.md"
-    stale.write_text("<!-- ev-states:begin -->\nold\n<!-- ev-states:end -->\n")
+    stale.write_text(
+        "<!-- ev-states:begin -->\nold\n<!-- ev-states:end -->\n"
+        "<!-- conn-states:begin -->\nold\n<!-- conn-states:end -->\n"
+    )
     assert gen.main(["--check", "--doc", str(stale)]) == 1
     assert gen.main(["--doc", str(stale)]) == 0
     assert gen.main(["--check", "--doc", str(stale)]) == 0

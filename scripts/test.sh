@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs Braid's whole test suite: lint (ruff), types (mypy --strict on the
+# core packages), unit tests, and — as root — the network-namespace tests.
+# Installs what is missing first (scripts/setup.sh), so it works on a fresh
+# machine on its own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+PY=.venv/bin
+echo "== ruff"
+$PY/ruff check wire transport congestion testbed tools tests
+echo "== mypy --strict (wire, transport, congestion)"
+$PY/mypy
+echo "== pytest"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "(not root: the netns tests will be skipped)"
+fi
+$PY/pytest -q -p no:cacheprovider --durations=15 "$@"
