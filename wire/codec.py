@@ -68,7 +68,7 @@ _NACK_REASONS: Final = frozenset(int(r) for r in NackReason)
 DEFAULT_REPLAY_WINDOW: Final = 8192
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Packet:
     """An authenticated, fresh, decoded packet.
 

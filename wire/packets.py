@@ -27,7 +27,7 @@ CLOSE_BODY: Final = struct.Struct("!HHI")
 U32_MAX: Final = 0xFFFF_FFFF
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CommonHeader:
     """The first 16 bytes of every packet."""
 
@@ -45,7 +45,7 @@ class CommonHeader:
         return self.header_words * 4
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Data:
     """A data packet: one slice of a message, placed by (msg_id, msg_offset)."""
 
@@ -61,7 +61,7 @@ class Data:
     TYPE = PacketType.DATA
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sack:
     """Selective ACK: everything below ``cum_psn`` plus a 64-PSN bitmap.
 
@@ -84,7 +84,7 @@ class Sack:
     TYPE = PacketType.SACK
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Nack:
     """Negative ACK of one PSN (sent at once on a trimmed header)."""
 
@@ -98,7 +98,7 @@ class Nack:
     TYPE = PacketType.NACK
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Probe:
     """A probe of one path; ``psn`` names the PSN the sender asks about."""
 
@@ -111,7 +111,7 @@ class Probe:
     TYPE = PacketType.PROBE
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProbeAck:
     """The echo of a probe; ``psn`` is the receiver's cumulative PSN."""
 
@@ -124,7 +124,7 @@ class ProbeAck:
     TYPE = PacketType.PROBE_ACK
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Init:
     """Handshake from the initiator: its connection id, nonce and shape."""
 
@@ -138,7 +138,7 @@ class Init:
     TYPE = PacketType.INIT
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Accept:
     """Handshake answer: responder's id and nonce, the initiator's nonce echoed."""
 
@@ -153,7 +153,7 @@ class Accept:
     TYPE = PacketType.ACCEPT
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Close:
     """Orderly close; ``final_psn`` is the next PSN the sender would have used."""
 
@@ -163,7 +163,7 @@ class Close:
     TYPE = PacketType.CLOSE
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reset:
     """Abortive close: the peer must drop the connection at once."""
 
