@@ -1,0 +1,1 @@
+"""Helpers of ``braid demo`` (tools/cmd_demo.py): orchestration and report."""
