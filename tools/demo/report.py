@@ -67,7 +67,8 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
     series = _series(rows, t0)
     # transfer span as the receiver saw it: first byte .. last byte
     first = next((t for t, b in series if b > 0), 0.0)
-    done = next((t for t, b in series if b >= size), series[-1][0] if series else duration)
+    final = series[-1][1] if series else 0
+    done = next((t for t, b in series if b >= final), duration)
     end = min(done, duration) if series else duration
     # goodput timeline
     timeline = []
@@ -90,6 +91,17 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
             last_t, last_b = t, b
         elif last_b is None:
             last_t, last_b = t, b
+    # longest stall: consecutive goodput bins under 10% of the overall goodput
+    # (catches a crawl that never quite stops, which the delivery gap misses)
+    overall = _rate(series, first, end) or 0.0
+    stall, stall_at, run_start = 0.0, None, None
+    for x in timeline[1:] + [{"t": end, "mbps": float("inf")}]:
+        if x["mbps"] < 0.1 * overall:
+            run_start = x["t"] if run_start is None else run_start
+        elif run_start is not None:
+            if x["t"] - run_start > stall:
+                stall, stall_at = x["t"] - run_start, run_start
+            run_start = None
     # fault windows
     fault_times = [f["t"] for f in fired]
     f_first = min(fault_times) if fault_times else None
@@ -162,6 +174,8 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
         "longest_delivery_gap_s": round(gap, 3),
         "longest_gap_starts_at": round(gap_at, 3) if gap_at is not None else None,
         "gap_resolution_s": 0.125,
+        "longest_stall_s": round(stall, 3),
+        "longest_stall_starts_at": round(stall_at, 3) if stall_at is not None else None,
         "timeline_planned": events, "faults_fired": fired,
         "plane_down_windows": down_windows,
         "goodput_timeline": timeline,
@@ -200,6 +214,9 @@ def print_report(rep: dict[str, Any]) -> None:
           + (f" (from t={rep['longest_gap_starts_at']:.2f}s)"
              if rep["longest_gap_starts_at"] is not None else "")
           + f" (resolution {rep['gap_resolution_s'] * 1000:.0f} ms)")
+    if rep["longest_stall_s"]:
+        print(f"longest stall (goodput < 10% of overall): {rep['longest_stall_s']:.2f} s "
+              f"from t={rep['longest_stall_starts_at']:.2f}s")
     tl = rep["goodput_timeline"]
     print("goodput timeline (Mbit/s per 250 ms):")
     for i in range(0, len(tl), 8):
@@ -237,11 +254,11 @@ def write_plot(rep: dict[str, Any], rows: list[dict[str, Any]], t0: float, path:
     ax2.set_ylabel("sender packets/s per plane")
     ax2.set_xlabel("seconds since transfer start")
     ymax = max((x["mbps"] for x in tl), default=1.0)
-    for f in rep["faults_fired"]:
+    for i, f in enumerate(rep["faults_fired"]):
         for ax in (ax1, ax2):
             ax.axvline(f["t"], color="red", alpha=0.5, linestyle="--")
-        ax1.text(f["t"], ymax * 1.02, f["event"], rotation=30, fontsize=7, color="red",
-                 va="bottom")
+        ax1.text(f["t"], ymax * (1.03 + 0.08 * (i % 4)), " " + f["event"], fontsize=7,
+                 color="red", va="bottom")
     ax1.set_ylim(0, ymax * 1.35 + 1)
     ax1.legend(loc="lower left")
     ax2.legend(loc="upper right", fontsize=8)
