@@ -67,8 +67,8 @@ def ev_states_section() -> str:
 
 
 def conn_states_section() -> str:
-    from transport.conn_state import ConnState
     from transport.conn_state import TRANSITIONS as CONN_TRANSITIONS
+    from transport.conn_state import ConnState
 
     return "\n".join(
         [
