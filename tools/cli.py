@@ -67,6 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("braid: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `braid ... | head`: the reader left; not an error worth a traceback.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
