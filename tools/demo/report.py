@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ def _at(series: list[tuple[float, int]], t: float) -> float:
     """Cumulative bytes at time t, linearly interpolated."""
     if not series or t <= series[0][0]:
         return float(series[0][1]) if series else 0.0
-    for (ta, ba), (tb, bb) in zip(series, series[1:], strict=False):
+    for (ta, ba), (tb, bb) in itertools.pairwise(series):
         if ta <= t <= tb:
             return ba + (bb - ba) * ((t - ta) / (tb - ta) if tb > ta else 1.0)
     return float(series[-1][1])
@@ -81,21 +82,22 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
                                            / 1e6, 2)})
         k += 1
     # longest delivery gap (sample resolution)
-    gap, gap_at, last_t, last_b = 0.0, None, None, None
+    gap, gap_at = 0.0, None
+    last_t, last_b = 0.0, -1
     for t, b in series:
         if b <= 0 or t > end + 1e-9:
             continue
-        if last_b is not None and b > last_b:
+        if last_b >= 0 and b > last_b:
             if t - last_t > gap:
                 gap, gap_at = t - last_t, last_t
             last_t, last_b = t, b
-        elif last_b is None:
+        elif last_b < 0:
             last_t, last_b = t, b
     # longest stall: consecutive goodput bins under 10% of the overall goodput
     # (catches a crawl that never quite stops, which the delivery gap misses)
     overall = _rate(series, first, end) or 0.0
     stall, stall_at, run_start = 0.0, None, None
-    for x in timeline[1:] + [{"t": end, "mbps": float("inf")}]:
+    for x in [*timeline[1:], {"t": end, "mbps": float("inf")}]:
         if x["mbps"] < 0.1 * overall:
             run_start = x["t"] if run_start is None else run_start
         elif run_start is not None:
@@ -146,9 +148,9 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
     if rows and "ports" in rows[-1] and "ports" in rows[0]:
         for name, st in rows[-1]["ports"].items():
             st0 = rows[0]["ports"].get(name, {})
-            for k in fabric:
-                fabric[k] += st.get(k, 0) - st0.get(k, 0)
-    last = next((r for r in reversed(rows) if "receiver" in r), {})
+            for key in fabric:
+                fabric[key] += st.get(key, 0) - st0.get(key, 0)
+    last: dict[str, Any] = next((r for r in reversed(rows) if "receiver" in r), {})
     snd = send or {}
     return {
         "sender": sender, "receiver": receiver,

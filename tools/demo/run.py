@@ -189,8 +189,9 @@ class Procs:
               ) -> subprocess.Popen[Any]:
         f = open(log, "w")  # noqa: SIM115 - closed in stop_all
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-        p = tb.popen(host, [sys.executable, "-m", "tools.cli", *argv], cwd=str(REPO),
-                     stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        p: subprocess.Popen[Any] = tb.popen(
+            host, [sys.executable, "-m", "tools.cli", *argv], cwd=str(REPO), stdout=f,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         self.items.append((label, p, f))
         return p
 
@@ -291,6 +292,20 @@ def run_demo(args: argparse.Namespace) -> int:
     from tools.demo.report import analyse, print_report, write_plot
     from wire.keys import new_cluster_key, write_key_file
 
+    # Ctrl-C and SIGTERM both end in the teardown below (a shell that started
+    # us in the background may have left SIGINT ignored).
+    import signal
+
+    me = os.getpid()
+
+    def _interrupt(signum: int, _frame: Any) -> None:
+        if os.getpid() != me:  # a forked helper (pyroute2's netns worker): die normally
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old_handlers = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     t_start = time.monotonic()
     procs = Procs()
     sampler: Sampler | None = None
@@ -415,6 +430,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 tb.down()
                 say(f"testbed {args.name!r} torn down "
                     f"(total {time.monotonic() - t_start:.1f} s)")
+        for sig, h in old_handlers.items():
+            signal.signal(sig, h)
     if failure is not None:
         print(f"braid demo: FAILED: {failure}", file=sys.stderr)
         return 1
