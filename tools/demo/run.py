@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -294,8 +295,6 @@ def run_demo(args: argparse.Namespace) -> int:
 
     # Ctrl-C and SIGTERM both end in the teardown below (a shell that started
     # us in the background may have left SIGINT ignored).
-    import signal
-
     me = os.getpid()
 
     def _interrupt(signum: int, _frame: Any) -> None:
@@ -430,8 +429,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 tb.down()
                 say(f"testbed {args.name!r} torn down "
                     f"(total {time.monotonic() - t_start:.1f} s)")
-        for sig, h in old_handlers.items():
-            signal.signal(sig, h)
+        for sig, old in old_handlers.items():
+            signal.signal(sig, old)
     if failure is not None:
         print(f"braid demo: FAILED: {failure}", file=sys.stderr)
         return 1
