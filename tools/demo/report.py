@@ -256,15 +256,22 @@ def write_plot(rep: dict[str, Any], rows: list[dict[str, Any]], t0: float, path:
     ax2.set_ylabel("sender packets/s per plane")
     ax2.set_xlabel("seconds since transfer start")
     ymax = max((x["mbps"] for x in tl), default=1.0)
-    for i, f in enumerate(rep["faults_fired"]):
+    for f in rep["faults_fired"]:
         for ax in (ax1, ax2):
-            ax.axvline(f["t"], color="red", alpha=0.5, linestyle="--")
-        ax1.text(f["t"], ymax * (1.03 + 0.08 * (i % 4)), " " + f["event"], fontsize=7,
-                 color="red", va="bottom")
+            ax.axvline(f["t"], color="red", alpha=0.4, linestyle="--", linewidth=0.8)
+    # one numbered tag per planned event (a flap fires many steps), legend below
+    planned = rep["timeline_planned"]
+    for i, e in enumerate(planned, 1):
+        ax1.text(e["at"], ymax * (1.04 + 0.09 * ((i - 1) % 3)), str(i), fontsize=8,
+                 color="red", ha="center", va="bottom", fontweight="bold")
+    if planned:
+        fig.text(0.01, 0.005, "faults: " + "   ".join(
+            f"{i}: {e['at']:g}s {e['fault']}" for i, e in enumerate(planned, 1)),
+            fontsize=7, color="red", wrap=True, va="bottom")
     ax1.set_ylim(0, ymax * 1.35 + 1)
     ax1.legend(loc="lower left")
     ax2.legend(loc="upper right", fontsize=8)
     ax2.set_xlim(left=0)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
