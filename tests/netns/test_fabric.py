@@ -83,12 +83,22 @@ def test_ecmp_spread_over_spines(tb: Testbed) -> None:
     assert s["l0-s0:p1/up"]["sent"] > 100 and s["l0-s1:p1/up"]["sent"] > 100
 
 
+def _plane_losses(s: dict[str, dict[str, Any]], plane: int) -> int:
+    """Everything any element port of ``plane`` dropped, lost or could not read."""
+    return sum(
+        int(v.get("dropped", 0)) + int(v.get("lost", 0)) + int(v.get("rx_overflow", 0))
+        for k, v in s.items() if k.endswith(f":p{plane}/up") or k.endswith(f":p{plane}/down")
+    )
+
+
 def test_fabric_trim_and_ce_mark(tb: Testbed) -> None:
-    before = stats(tb)["l1-s0:p0/down"]
+    all_before = stats(tb)
+    before = all_before["l1-s0:p0/down"]
     # 64 source ports: about half take spine s0, whose port towards l1 runs at 20 Mbit/s
     out = transfer(tb, "h0", "h3", 0, 600, "--braid", "--size", "1200",
                    "--sports", "40000-40063", "--tos", hex(Dscp.DATA << 2 | 2))
-    after = stats(tb)["l1-s0:p0/down"]
+    all_after = stats(tb)
+    after = all_after["l1-s0:p0/down"]
     trimmed = after["trimmed"] - before["trimmed"]
     assert trimmed > 0
     tos_trimmed = str(Dscp.TRIMMED << 2 | 2)  # ECN bits are kept
@@ -98,7 +108,10 @@ def test_fabric_trim_and_ce_mark(tb: Testbed) -> None:
     assert str(Dscp.TRIMMED_LAST_HOP << 2 | 2) not in out["tos"]
     assert after["marked"] > before["marked"]
     assert out["tos"].get(str(Dscp.DATA << 2 | 3), 0) > 0, out  # CE-marked full packets
-    assert out["packets"] + after["dropped"] - before["dropped"] >= 590
+    # Nothing vanishes silently: what did not arrive was counted by a port.
+    # (Under CPU contention the element can miss frames; it counts those too.)
+    lost = _plane_losses(all_after, 0) - _plane_losses(all_before, 0)
+    assert out["packets"] + lost >= 590, (out["packets"], lost)
 
 
 def test_last_hop_trim(tb: Testbed) -> None:
