@@ -219,8 +219,11 @@ def test_new_work_refused_while_shutting_down(tmp_path: Path) -> None:
                     return str(exc)
                 return "sent"
 
-        text = run(main())
-        assert "shutting down" in str(text) or "closed" in str(text)
+        text = str(run(main()))
+        # Refused either explicitly, or because the daemon (with nothing to
+        # drain) already finished shutting down and closed the socket.
+        assert text != "sent"
+        assert any(w in text for w in ("shutting down", "closed", "connection broken")), text
         assert a.proc is not None and a.proc.wait(20) == 0
     finally:
         a.stop()
