@@ -56,6 +56,9 @@ _DEFAULT_RWND = 0xFFFFFFFF
 _LOSS_PENALTY = 8
 _LOSS_THRESHOLD = 12
 _CLOSE_RETRIES = 5
+#: Queueing delay (as a fraction of the base RTT) above which a loss counts
+#: as congestion for the congestion controller.
+_CONGESTIVE_QUEUEING = 0.25
 
 
 def _us(now: float) -> int:
@@ -337,7 +340,7 @@ class Connection:
         scores = self._ev_score
         for p in res.newly_acked:
             ev = p.ev
-            if ev is None:
+            if ev is None or not p.ack_exact:
                 continue
             is_sample = p is res.sampled
             self.paths.on_ack(ev, now, ecn and ev.value == sack.echo_ev,
@@ -362,7 +365,14 @@ class Connection:
     def _on_lost(self, lost: list[SentPacket], now: float, *, timeout: bool) -> None:
         if not lost:
             return
-        self.cc.on_loss(now=now, lost_bytes=sum(p.length for p in lost))
+        # In a trimming fabric congestion shows up as trims, ECN and delay; a
+        # drop with no queueing delay behind it is corruption or a gray path,
+        # which the EV health machinery below handles. Cutting the window for
+        # it (QuickAdapt) only throttles the healthy paths.
+        rtt = self.sender.rtt
+        queueing = rtt.srtt - rtt.min_rtt
+        if timeout or queueing > _CONGESTIVE_QUEUEING * rtt.min_rtt:
+            self.cc.on_loss(now=now, lost_bytes=sum(p.length for p in lost))
         for p in lost:
             ev = p.ev
             if ev is None:

@@ -42,6 +42,9 @@ class SentPacket:
     seq: int = 0
     transmissions: int = 0
     acked: bool = False
+    #: Was the acknowledged transmission known? (False: a retransmitted packet
+    #: acked without an echo naming which copy arrived — Karn's problem.)
+    ack_exact: bool = True
 
 
 @dataclass(slots=True)
@@ -113,6 +116,11 @@ class Sender:
         # Payload views kept per PSN until acked, so retransmissions can re-read them.
         self._payloads: dict[int, memoryview] = {}
         self._ev_key_of: dict[int, int] = {}
+        # Declared lost, not yet resent: an ack may still come (reordering).
+        self._lost: dict[int, SentPacket] = {}
+        # RACK-style reorder window growth after spurious loss declarations.
+        self.reorder_extra = 0.0
+        self.spurious_losses = 0
         # Counters for stats.
         self.packets_sent = 0
         self.retransmissions = 0
@@ -151,6 +159,7 @@ class Sender:
             p = self.retx_queue.popleft()
             if p.acked:
                 continue
+            self._lost.pop(p.psn, None)
             return p, self._payload_of(p)
         if not self._outbound or not self.psn_window_open:
             return None
@@ -187,17 +196,34 @@ class Sender:
 
     # -- acknowledgements --------------------------------------------------------
 
-    def _ack(self, p: SentPacket, res: AckResult) -> None:
+    def _ack(self, p: SentPacket, res: AckResult, echo_ts: int | None = None,
+             was_lost: bool = False) -> None:
         p.acked = True
-        del self.inflight[p.psn]
-        self.bytes_in_flight -= p.length
+        if was_lost:
+            # We called it lost, it was only late: no resend needed.
+            del self._lost[p.psn]
+            self.retx_queue.remove(p)
+            self._spurious()
+        else:
+            del self.inflight[p.psn]
+            self.bytes_in_flight -= p.length
+            if p.transmissions > 1 and echo_ts is not None and echo_ts != p.timestamp:
+                self._spurious()  # an older copy arrived: the resend was not needed
+        if p.transmissions == 1 and self.reorder_extra:
+            self.reorder_extra *= 0.998
+        # Only an ack known to be for the latest copy says anything about the
+        # EV it used and about send order; an older copy arriving late would
+        # otherwise declare everything sent before the retransmission lost.
+        exact = p.transmissions == 1 or echo_ts == p.timestamp
+        p.ack_exact = exact
         self.bytes_acked += p.length
         self._payloads.pop(p.psn, None)
         key = self._ev_key_of.pop(p.psn, -1)
-        if p.seq > self._ev_acked_seq.get(key, -1):
-            self._ev_acked_seq[key] = p.seq
-        if p.seq > self.largest_acked_seq:
-            self.largest_acked_seq = p.seq
+        if exact:
+            if p.seq > self._ev_acked_seq.get(key, -1):
+                self._ev_acked_seq[key] = p.seq
+            if p.seq > self.largest_acked_seq:
+                self.largest_acked_seq = p.seq
         left = self._msg_segments[p.msg_id] - 1
         if left:
             self._msg_segments[p.msg_id] = left
@@ -206,9 +232,23 @@ class Sender:
             res.messages_acked.append((p.msg_id, self._msg_size.pop(p.msg_id)))
         res.newly_acked.append(p)
 
+    def _spurious(self) -> None:
+        """A loss declaration was wrong: widen the reorder window (RACK-like)."""
+        self.spurious_losses += 1
+        if self.rtt.min_rtt != float("inf"):
+            self.reorder_extra = min(self.reorder_extra + self.rtt.min_rtt / 4,
+                                     2 * self.rtt.srtt)
+
     def on_sack(self, sack: Sack, *, now: float, now_us: int) -> AckResult:
         res = AckResult()
         inflight = self.inflight
+        lost = self._lost
+        # The triggering packet first: its echo says which copy arrived.
+        p = inflight.get(sack.ack_psn)
+        if p is not None:
+            self._ack(p, res, sack.echo_ts)
+        elif (p := lost.get(sack.ack_psn)) is not None:
+            self._ack(p, res, sack.echo_ts, was_lost=True)
         if sack.cum_psn > self.cum_acked:
             # PSNs below cum_psn: walk the in-flight table only over that range.
             if sack.cum_psn - self.cum_acked <= len(inflight):
@@ -216,21 +256,25 @@ class Sender:
                     p = inflight.get(psn)
                     if p is not None:
                         self._ack(p, res)
+                    elif (p := lost.get(psn)) is not None:
+                        self._ack(p, res, was_lost=True)
             else:
                 for p in [q for q in inflight.values() if q.psn < sack.cum_psn]:
                     self._ack(p, res)
+                for p in [q for q in lost.values() if q.psn < sack.cum_psn]:
+                    self._ack(p, res, was_lost=True)
             self.cum_acked = sack.cum_psn
         bm = sack.bitmap
         base = sack.bitmap_base
         while bm:
             low = bm & -bm
-            p = inflight.get(base + low.bit_length() - 1)
+            psn = base + low.bit_length() - 1
+            p = inflight.get(psn)
             if p is not None:
                 self._ack(p, res)
+            elif (p := lost.get(psn)) is not None:
+                self._ack(p, res, was_lost=True)
             bm ^= low
-        p = inflight.get(sack.ack_psn)
-        if p is not None:
-            self._ack(p, res)
         # RTT from the echoed timestamp of the packet that triggered the SACK.
         sampled = next((q for q in res.newly_acked if q.psn == sack.ack_psn), None)
         if sampled is not None and sampled.timestamp == sack.echo_ts:
@@ -253,7 +297,8 @@ class Sender:
 
     def _threshold(self, key: int) -> float:
         base = max(self.ev_rtt.get(key, 0.0), self.rtt.srtt)
-        return base * (1 + self.reorder_fraction) + self.ack_delay + 2 * self.rtt.rttvar
+        return (base * (1 + self.reorder_fraction) + self.ack_delay + 2 * self.rtt.rttvar
+                + self.reorder_extra)
 
     def detect_losses(self, now: float) -> list[SentPacket]:
         lost: list[SentPacket] = []
@@ -286,6 +331,7 @@ class Sender:
     def _mark_lost(self, p: SentPacket) -> None:
         del self.inflight[p.psn]
         self.bytes_in_flight -= p.length
+        self._lost[p.psn] = p
         self.retx_queue.append(p)
 
     def on_nack_trimmed(self, psn: int, echo_ts: int) -> SentPacket | None:

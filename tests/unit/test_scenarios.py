@@ -18,7 +18,7 @@ def test_a_bulk_64mib_four_planes_no_faults() -> None:
     assert r["rtos"] == 0 and r["retransmissions"] == 0
 
 
-@pytest.mark.parametrize("loss, floor", [(0.01, 0.6), (0.05, 0.2)])
+@pytest.mark.parametrize("loss, floor", [(0.01, 0.9), (0.05, 0.75)])
 def test_b_random_loss_on_every_path(loss: float, floor: float) -> None:
     r = S.run_transfer(size=16 << 20, loss=loss)
     assert r["ok"]
