@@ -26,11 +26,11 @@ from transport.events import (
     ConnectionEstablished,
     ConnectionFailed,
     Event,
-    EvStateChanged,
     MessageAcked,
     MessageDelivered,
 )
-from transport.paths import Ev, EvState, PathPolicy, get_policy
+from transport.path_health import PathHealth
+from transport.paths import PathPolicy, get_policy
 from transport.receiver import Receiver
 from transport.sender import Sender, SentPacket
 from wire.codec import HandshakeCodec, Opener, Packet, Sealer, peek_untrusted
@@ -51,10 +51,6 @@ from wire.packets import (
 )
 
 _DEFAULT_RWND = 0xFFFFFFFF
-#: Per-EV loss score (after UEC's penalty idea): a loss adds, an ACK decays;
-#: a random loss on a healthy EV never reaches the threshold alone.
-_LOSS_PENALTY = 8
-_LOSS_THRESHOLD = 12
 _CLOSE_RETRIES = 5
 #: Queueing delay (as a fraction of the base RTT) above which a loss counts
 #: as congestion for the congestion controller.
@@ -113,17 +109,12 @@ class Connection:
         self._close_deadline: float | None = None
         self._close_tries = 0
         self._close_reason = CloseReason.NORMAL
-        self._probe_ids: dict[int, tuple[Ev, float]] = {}
-        self._next_probe_id = 1
-        self._ev_score: dict[int, int] = {}
-        self._plane_heard: list[float] = [now] * c.planes
-        self._ev_states: dict[int, EvState] = {}
+        self.health = PathHealth(self.paths, planes=c.planes, now=now)
         self._ctl_rr = 0
         self.sender.last_progress = now
         self.dropped: dict[str, int] = {}
         self.trims_fabric = 0
         self.trims_last_hop = 0
-        self.probes_sent = 0
 
     # -- construction ------------------------------------------------------------
 
@@ -296,7 +287,7 @@ class Connection:
         self._hs_deadline = None
         self._transition(ConnEvent.ACCEPT_RECEIVED)
         self.sender.last_progress = now
-        self._plane_heard = [now] * self.config.planes
+        self.health.reset_heard(now)
         self._events.append(ConnectionEstablished(self.local_cid, self.remote_cid))
 
     def _on_data(self, pkt: Packet, body: Data, rx: RxInfo, now: float) -> None:
@@ -331,24 +322,11 @@ class Connection:
             self._control.append((self._sealer.seal(due.sack, flags=flags),
                                   self._ctl_path(due.plane)))
 
-    def _heard(self, ev: Ev, now: float) -> None:
-        self._plane_heard[ev.plane] = now
-
     def _on_sack(self, sack: Sack, flags: int, now: float) -> None:
         res = self.sender.on_sack(sack, now=now, now_us=_us(now))
         ecn = bool(flags & Flag.ECN_ECHO)
-        scores = self._ev_score
-        for p in res.newly_acked:
-            ev = p.ev
-            if ev is None or not p.ack_exact:
-                continue
-            is_sample = p is res.sampled
-            self.paths.on_ack(ev, now, ecn and ev.value == sack.echo_ev,
-                              res.rtt if is_sample else None)
-            self._plane_heard[ev.plane] = now
-            s = scores.get(ev.value)
-            if s:
-                scores[ev.value] = s - 1
+        self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
+                             sampled=res.sampled, rtt=res.rtt)
         acked = sum(p.length for p in res.newly_acked)
         if acked or ecn:
             self.cc.on_ack(AckSample(
@@ -373,18 +351,7 @@ class Connection:
         queueing = rtt.srtt - rtt.min_rtt
         if timeout or queueing > _CONGESTIVE_QUEUEING * rtt.min_rtt:
             self.cc.on_loss(now=now, lost_bytes=sum(p.length for p in lost))
-        for p in lost:
-            ev = p.ev
-            if ev is None:
-                continue
-            # A plane silent since this packet left is dead-ish: act at once.
-            # Otherwise one loss is noise; repeated losses on one EV are not.
-            silent = self._plane_heard[ev.plane] < p.sent_time
-            score = self._ev_score.get(ev.value, 0) + _LOSS_PENALTY
-            if timeout or silent or score >= _LOSS_THRESHOLD:
-                self.paths.on_loss(ev, now)
-                score = 0
-            self._ev_score[ev.value] = score
+        self.health.on_lost(lost, now, timeout=timeout)
 
     def _on_nack(self, nack: Nack, now: float) -> None:
         if nack.reason in (NackReason.TRIMMED, NackReason.TRIMMED_LAST_HOP):
@@ -398,8 +365,7 @@ class Connection:
                 self.trims_fabric += 1
             self.cc.on_nack(now=now, trimmed_bytes=p.length, last_hop=last_hop)
             if p.ev is not None:
-                self._plane_heard[p.ev.plane] = now
-                self.paths.on_trim(p.ev, now, last_hop)
+                self.health.on_trim(p.ev, now, last_hop=last_hop)
             self._note_ev_changes()
         elif nack.reason == NackReason.OUT_OF_WINDOW:
             self._drop("nack_out_of_window")
@@ -411,13 +377,9 @@ class Connection:
         self._control.append((self._sealer.seal(ack), self._ctl_path(rx.plane)))
 
     def _on_probe_ack(self, ack: ProbeAck, now: float) -> None:
-        entry = self._probe_ids.pop(ack.probe_id, None)
-        if entry is None:
+        if not self.health.on_probe_ack(ack, now):
             self._drop("stale_probe_ack")
             return
-        ev, sent = entry
-        self._plane_heard[ev.plane] = now
-        self.paths.on_probe_ack(ev, now, now - sent)
         self._note_ev_changes()
 
     def _on_close(self, close: Close, now: float) -> None:
@@ -452,14 +414,8 @@ class Connection:
             1 << self._close_tries)
 
     def _note_ev_changes(self) -> None:
-        """Report EV state changes as events (cheap: only EVs that moved)."""
-        seen = self._ev_states
-        for ev in self.paths.evs:
-            old = seen.get(ev.value, EvState.GOOD)
-            if ev.state is not old:
-                seen[ev.value] = ev.state
-                self._events.append(EvStateChanged(ev.plane, ev.value, old.value,
-                                                   ev.state.value))
+        """Report EV state changes as events."""
+        self._events.extend(self.health.take_changes())
 
     # -- timers ------------------------------------------------------------------
 
@@ -542,32 +498,17 @@ class Connection:
 
     # -- output ------------------------------------------------------------------
 
-    def _send_probes(self, now: float, out: list[tuple[bytes, TxPath]]) -> None:
-        assert self._sealer is not None
-        for ev in self.paths.due_probes(now):
-            pid = self._next_probe_id
-            self._next_probe_id = (pid + 1) & 0xFFFFFFFF or 1
-            self._probe_ids[pid] = (ev, now)
-            probe = Probe(pid, ev.value, self.sender.cum_acked, _us(now), ev.plane)
-            out.append((self._sealer.seal(probe), TxPath(ev.plane, ev.value, Dscp.CONTROL)))
-            self.paths.on_probe_sent(ev, now)
-            self.probes_sent += 1
-        if len(self._probe_ids) > 4096:  # answers that never came
-            for pid in list(self._probe_ids)[:2048]:
-                del self._probe_ids[pid]
-
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, TxPath]]:
         self._now = now
         out = self._control
         self._control = []
-        if not self.is_established and self.state is not ConnState.CLOSING:
+        if not self.is_established:
             return out
-        if self.state is ConnState.CLOSING:
-            return out
-        self._send_probes(now, out)
-        s, cc, cfg = self.sender, self.cc, self.config
         sealer = self._sealer
         assert sealer is not None
+        self.health.send_probes(now, sealer, psn=self.sender.cum_acked, timestamp=_us(now),
+                                out=out)
+        s, cc, cfg = self.sender, self.cc, self.config
         size = cfg.payload_size
         budget = cfg.max_burst
         while budget > 0 and (s.retx_queue or s.has_new_data):
@@ -580,7 +521,7 @@ class Connection:
                 break
             p, payload = item
             retx = p.transmissions > 0
-            ev = self._pick_ev(now, p.ev if retx else None)
+            ev = self.health.pick(now, p.ev if retx else None, s.rtt.srtt)
             if ev is None:
                 s.retx_queue.appendleft(p)
                 break
@@ -597,19 +538,6 @@ class Connection:
             cc.on_sent(now=now, size=len(payload))
             budget -= 1
         return out
-
-    def _pick_ev(self, now: float, avoid: Ev | None) -> Ev | None:
-        ev = self.paths.next_ev(now, avoid)
-        if avoid is None or ev is None or ev.plane != avoid.plane:
-            return ev
-        # A retransmission after a loss prefers another plane if the lost
-        # packet's plane has gone quiet (it may be dying).
-        if self._plane_heard[avoid.plane] < now - 2 * self.sender.rtt.srtt:
-            for _ in range(self.config.planes):
-                alt = self.paths.next_ev(now, avoid)
-                if alt is None or alt.plane != avoid.plane:
-                    return alt or ev
-        return ev
 
     # -- introspection -----------------------------------------------------------
 
@@ -636,7 +564,8 @@ class Connection:
             "srtt": s.rtt.srtt,
             "min_rtt": s.rtt.min_rtt,
             "cwnd": self.cc.cwnd,
-            "probes_sent": self.probes_sent,
+            "probes_sent": self.health.probes_sent,
+            "spurious_losses": s.spurious_losses,
             "parked_planes": self.paths.parked_planes(),
             "dropped": dict(self.dropped),
         }

@@ -212,6 +212,9 @@ class EvSet:
         self.counts[GOOD] = len(self.evs)
         self._skipped: list[Ev] = []
         self._probing: dict[int, Ev] = {}
+        #: Every state change as (ev, old, new), for whoever reports them
+        #: (the connection drains it into events); bounded by its reader.
+        self.changes: list[tuple[Ev, EvState, EvState]] = []
 
     # -- lookup ------------------------------------------------------------------
 
@@ -242,6 +245,8 @@ class EvSet:
         ev.state = new
         self.counts[old] -= 1
         self.counts[new] += 1
+        if len(self.changes) < 65536:
+            self.changes.append((ev, old, new))
         if new is SKIP:
             ev.skip_left = self.skip_rotations
             self._skipped.append(ev)

@@ -1,0 +1,125 @@
+"""What the connection learns about its paths, fed to the path policy.
+
+The policy (``transport/paths.py``) owns EV states; this module decides
+*when* evidence is strong enough to call (per loss, per ACK, per probe), runs
+the probes, and turns state changes into events. Kept apart from the
+connection so the connection only wires halves together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from transport.datagram import TxPath
+from transport.events import EvStateChanged
+from transport.paths import Ev, PathPolicy
+from transport.sender import SentPacket
+from wire.codec import Sealer
+from wire.constants import Dscp
+from wire.packets import Probe, ProbeAck
+
+#: Per-EV loss score (after UEC's penalty idea): a loss adds, an ACK decays;
+#: a random loss on a healthy EV never reaches the threshold alone.
+LOSS_PENALTY = 8
+LOSS_THRESHOLD = 12
+_MAX_OUTSTANDING_PROBES = 4096
+
+
+class PathHealth:
+    def __init__(self, paths: PathPolicy, *, planes: int, now: float) -> None:
+        self.paths = paths
+        self.planes = planes
+        self._score: dict[int, int] = {}
+        #: Last time anything came back from each plane (ACK, trim NACK, probe).
+        self.plane_heard: list[float] = [now] * planes
+        self._probes: dict[int, tuple[Ev, float]] = {}
+        self._next_probe_id = 1
+        self.probes_sent = 0
+        self.stale_probe_acks = 0
+
+    def reset_heard(self, now: float) -> None:
+        self.plane_heard = [now] * self.planes
+
+    def heard(self, ev: Ev, now: float) -> None:
+        self.plane_heard[ev.plane] = now
+
+    def on_acked(self, acked: Iterable[SentPacket], now: float, *, ecn_ev: int | None,
+                 sampled: SentPacket | None, rtt: float | None) -> None:
+        """Credit each EV whose packet was acknowledged (exactly: see Karn)."""
+        scores = self._score
+        for p in acked:
+            ev = p.ev
+            if ev is None or not p.ack_exact:
+                continue
+            self.paths.on_ack(ev, now, ev.value == ecn_ev, rtt if p is sampled else None)
+            self.plane_heard[ev.plane] = now
+            s = scores.get(ev.value)
+            if s:
+                scores[ev.value] = s - 1
+
+    def on_lost(self, lost: Iterable[SentPacket], now: float, *, timeout: bool) -> None:
+        """Penalise EVs only on strong evidence: a timeout, a plane silent
+        since the packet left (dead-ish: act at once), or repeated losses on
+        one EV. One loss alone is noise (or corruption) on a healthy path."""
+        for p in lost:
+            ev = p.ev
+            if ev is None:
+                continue
+            silent = self.plane_heard[ev.plane] < p.sent_time
+            score = self._score.get(ev.value, 0) + LOSS_PENALTY
+            if timeout or silent or score >= LOSS_THRESHOLD:
+                self.paths.on_loss(ev, now)
+                score = 0
+            self._score[ev.value] = score
+
+    def on_trim(self, ev: Ev, now: float, *, last_hop: bool) -> None:
+        self.plane_heard[ev.plane] = now
+        self.paths.on_trim(ev, now, last_hop)
+
+    def pick(self, now: float, avoid: Ev | None, srtt: float) -> Ev | None:
+        """The EV for the next packet; a retransmission after a loss prefers
+        another plane if the lost packet's plane has gone quiet."""
+        ev = self.paths.next_ev(now, avoid)
+        if avoid is None or ev is None or ev.plane != avoid.plane:
+            return ev
+        if self.plane_heard[avoid.plane] < now - 2 * srtt:
+            for _ in range(self.planes):
+                alt = self.paths.next_ev(now, avoid)
+                if alt is None or alt.plane != avoid.plane:
+                    return alt or ev
+        return ev
+
+    # -- probes ------------------------------------------------------------------
+
+    def send_probes(self, now: float, sealer: Sealer, *, psn: int, timestamp: int,
+                    out: list[tuple[bytes, TxPath]]) -> None:
+        for ev in self.paths.due_probes(now):
+            pid = self._next_probe_id
+            self._next_probe_id = (pid + 1) & 0xFFFFFFFF or 1
+            self._probes[pid] = (ev, now)
+            probe = Probe(pid, ev.value, psn, timestamp, ev.plane)
+            out.append((sealer.seal(probe), TxPath(ev.plane, ev.value, Dscp.CONTROL)))
+            self.paths.on_probe_sent(ev, now)
+            self.probes_sent += 1
+        if len(self._probes) > _MAX_OUTSTANDING_PROBES:  # answers that never came
+            for pid in list(self._probes)[: _MAX_OUTSTANDING_PROBES // 2]:
+                del self._probes[pid]
+
+    def on_probe_ack(self, ack: ProbeAck, now: float) -> bool:
+        entry = self._probes.pop(ack.probe_id, None)
+        if entry is None:
+            self.stale_probe_acks += 1
+            return False
+        ev, sent = entry
+        self.plane_heard[ev.plane] = now
+        self.paths.on_probe_ack(ev, now, now - sent)
+        return True
+
+    def take_changes(self) -> list[EvStateChanged]:
+        changes = self.paths.ev_set.changes
+        if not changes:
+            return []
+        out = [EvStateChanged(ev.plane, ev.value, old.value, new.value)
+               for ev, old, new in changes]
+        changes.clear()
+        return out
