@@ -49,23 +49,31 @@ def _emit(obj: dict[str, Any]) -> None:
 # -- workers (run inside a namespace) ------------------------------------------------------
 
 
-def _braid_config() -> Any:
+#: Jumbo frames (AI fabrics commonly run 4K-9K MTUs): the veth MTU and the
+#: Braid payload that fills it over IPv4 (20 IP + 8 UDP + 68 header + 16 tag).
+JUMBO_MTU = 9000
+JUMBO_PAYLOAD = JUMBO_MTU - 112
+
+
+def _braid_config(payload: int | None = None) -> Any:
     from transport.config import ConnectionConfig
     from transport.daemon import HOST_CONNECTION_DEFAULTS
 
     kw = dict(HOST_CONNECTION_DEFAULTS)
     kw["planes"] = 1
+    if payload:
+        kw["payload_size"] = payload
     return ConnectionConfig(**kw)
 
 
 async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
-                 profile: str | None) -> dict[str, Any]:
+                 profile: str | None, payload: int | None = None) -> dict[str, Any]:
     from transport.aio import EndpointIO
     from transport.endpoint import Endpoint
     from transport.events import ConnectionFailed, MessageDelivered
     from transport.udp import PeerTable, PlaneAddr
 
-    cfg = _braid_config()
+    cfg = _braid_config(payload)
     table = PeerTable(1, [PORT])
     table.add("peer", [PlaneAddr(peer, PORT)])
     done = asyncio.Event()
@@ -225,7 +233,7 @@ async def _quic(role: str, me: str, peer: str, size: int, tmp: Path) -> dict[str
 
 def worker(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="bench_goodput worker")
-    p.add_argument("stack", choices=["braid", "tcp", "quic"])
+    p.add_argument("stack", choices=["braid", "braid-jumbo", "tcp", "quic"])
     p.add_argument("role", choices=["tx", "rx"])
     p.add_argument("--me", required=True)
     p.add_argument("--peer", required=True)
@@ -239,9 +247,10 @@ def worker(argv: list[str]) -> int:
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        if a.stack == "braid":
+        if a.stack in ("braid", "braid-jumbo"):
+            payload = JUMBO_PAYLOAD if a.stack == "braid-jumbo" else None
             res = loop.run_until_complete(_braid(a.role, a.me, a.peer, a.size,
-                                                 bytes.fromhex(a.secret), a.profile))
+                                                 bytes.fromhex(a.secret), a.profile, payload))
         elif a.stack == "tcp":
             res = _tcp(a.role, a.me, a.peer, a.size)
         else:
@@ -281,6 +290,9 @@ class Net:
         self._ip("-n", self.ns[0], "link", "set", self.ifs[1], "netns", self.ns[1])
         for n, i, a in zip(self.ns, self.ifs, self.addrs, strict=True):
             self._ip("-n", n, "addr", "add", f"{a}/24", "dev", i)
+            # Jumbo-capable link; stacks choose their own datagram size
+            # (Braid 1368-byte payloads unless braid-jumbo, QUIC ~1200-1500).
+            self._ip("-n", n, "link", "set", i, "mtu", str(JUMBO_MTU))
             self._ip("-n", n, "link", "set", i, "up")
 
     def down(self) -> None:
@@ -349,8 +361,10 @@ def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None) -
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default=None, help="payload bytes per stack (default 256MiB, "
                         "--quick 32MiB)")
-    parser.add_argument("--stacks", default="braid,tcp,quic",
-                        help="comma-separated subset of braid,tcp,quic")
+    parser.add_argument("--stacks", default="braid,braid-jumbo,tcp,quic",
+                        help="comma-separated subset of braid,braid-jumbo,tcp,quic "
+                        f"(braid-jumbo: {JUMBO_PAYLOAD}-byte payloads on the {JUMBO_MTU}-byte "
+                        "MTU link)")
     parser.add_argument("--profile", action="store_true",
                         help="cProfile the Braid sender; top functions in the results")
 
@@ -362,8 +376,8 @@ def run(args: argparse.Namespace) -> int:
 
     size = parse_size(args.size) if args.size else (32 << 20 if args.quick else 256 << 20)
     stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
-    if not stacks or any(s not in ("braid", "tcp", "quic") for s in stacks):
-        raise UserError("--stacks takes braid, tcp and/or quic")
+    if not stacks or any(s not in ("braid", "braid-jumbo", "tcp", "quic") for s in stacks):
+        raise UserError("--stacks takes braid, braid-jumbo, tcp and/or quic")
     net = Net()
     import tempfile
 
@@ -395,7 +409,9 @@ def run(args: argparse.Namespace) -> int:
             return results[a]["goodput_MBps"] / results[b]["goodput_MBps"]
         return None
 
-    ratios = {"braid_vs_quic": ratio("braid", "quic"), "braid_vs_tcp": ratio("braid", "tcp")}
+    ratios = {"braid_vs_quic": ratio("braid", "quic"), "braid_vs_tcp": ratio("braid", "tcp"),
+              "braid_jumbo_vs_quic": ratio("braid-jumbo", "quic"),
+              "braid_jumbo_vs_tcp": ratio("braid-jumbo", "tcp")}
     header = ["stack", "goodput MB/s", "Gbit/s", "packets/s", "CPU s/GB", "complete"]
     rows = [[s, f"{r['goodput_MBps']:.1f}", f"{r['goodput_MBps'] * 8 / 1000:.3f}",
              f"{r['pps']:,.0f}", f"{r['cpu_s_per_GB']:.1f}", str(r["complete"])]
