@@ -9,6 +9,19 @@ sends too much. See PROTOCOL-NOTES.md, "Ultra Ethernet transport".
 
 The window starts at one BDP (NDP: start at line rate, the fabric trims
 instead of dropping, so a too-large first window costs headers, not RTOs).
+
+The configured ``base_rtt`` is only a first guess: the controller learns the
+real base RTT (the minimum RTT sample) and derives the BDP, the window cap,
+the default delay target and QuickAdapt threshold from it, and rate-limits
+multiplicative decrease by the measured RTT. A guess 10x too small otherwise
+caps the window at a tenth of the real BDP and lets MD fire ten times per RTT.
+
+Queueing delay alone is an ambiguous signal (software switches and event
+loops add milliseconds of jitter with no queue at all): after ``quiet_rtts``
+RTTs without any congestion signal (ECN mark, trim, loss, timeout,
+QuickAdapt), the "above target, no ECN" quadrant grows by at least
+``probe_gain`` of the window per RTT instead of one MTU, so a window cut to
+1 MTU returns to the BDP in tens of RTTs, not in BDP/MTU RTTs.
 """
 
 from __future__ import annotations
@@ -25,7 +38,8 @@ class Nscc:
     ``line_rate`` and ``base_rtt`` give the BDP; the window lives in
     [``mtu``, ``max_bdp_factor`` * BDP]. ``target_delay`` is the queueing
     delay the controller aims for (default base_rtt / 2). ``qa_delay`` is the
-    queueing delay that triggers QuickAdapt (default 4 * target).
+    queueing delay that triggers QuickAdapt (default 4 * target). Both
+    defaults follow the learned base RTT; explicit values stay fixed.
     """
 
     def __init__(
@@ -45,21 +59,27 @@ class Nscc:
         delay_samples: int = 16,
         pacing_gain: float = 1.25,
         burst_packets: int = 4,
+        probe_gain: float = 0.25,
+        quiet_rtts: float = 4.0,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
         if delay_samples < 1:
             raise ValueError("delay_samples must be at least 1")
-        self.mtu = mtu
-        self.base_rtt = base_rtt
-        self.line_rate = line_rate
-        self.bdp = max(line_rate * base_rtt, float(mtu))
-        self.target_delay = base_rtt / 2 if target_delay is None else target_delay
-        if self.target_delay <= 0:
+        if target_delay is not None and target_delay <= 0:
             raise ValueError("target_delay must be positive")
-        self.qa_delay = 4 * self.target_delay if qa_delay is None else qa_delay
+        self.mtu = mtu
+        self.line_rate = line_rate
+        self.max_bdp_factor = max_bdp_factor
         self.min_window = float(mtu)
-        self.max_window = max(max_bdp_factor * self.bdp, self.min_window)
+        self._rtt_guess = base_rtt
+        self._target_cfg = target_delay
+        self._qa_cfg = qa_delay
+        self._min_rtt = math.inf
+        self._set_base(base_rtt)
+        self.probe_gain = probe_gain
+        self.quiet_rtts = quiet_rtts
+        self._last_signal = -math.inf
         self.md_gain = md_gain
         self.md_floor = md_floor
         self.pi_gain = pi_gain
@@ -96,12 +116,21 @@ class Nscc:
 
     # -- helpers ---------------------------------------------------------------
 
+    def _set_base(self, base: float) -> None:
+        """(Re)derive everything that scales with the base RTT."""
+        self.base_rtt = base
+        self.bdp = max(self.line_rate * base, float(self.mtu))
+        self.max_window = max(self.max_bdp_factor * self.bdp, self.min_window)
+        self.target_delay = base / 2 if self._target_cfg is None else self._target_cfg
+        self.qa_delay = 4 * self.target_delay if self._qa_cfg is None else self._qa_cfg
+
     def _clamp(self, w: float) -> float:
         return min(max(w, self.min_window), self.max_window)
 
     def _rtt_est(self) -> float:
-        srtt = self.base_rtt if self._srtt is None else self._srtt
-        return max(srtt, self.base_rtt)
+        # The measured RTT once there is one: the configured guess may be far
+        # off in either direction.
+        return self._rtt_guess if self._srtt is None else max(self._srtt, self.base_rtt)
 
     def _pacing_rate(self) -> float:
         srtt = self.base_rtt if self._srtt is None else self._srtt
@@ -128,6 +157,7 @@ class Nscc:
         if delivered >= self._cwnd:
             return
         self._cwnd = self._clamp(delivered)
+        self._last_signal = now
         self._counts["quick_adapt"] += 1
         # ACKs of the packets already in flight still describe the old queue
         # (UEC NSCC ignores them too): no increase, no MD, no delay samples
@@ -164,6 +194,10 @@ class Nscc:
         rtt = sample.rtt
         if rtt is not None and rtt > 0:
             self._srtt = rtt if self._srtt is None else 0.875 * self._srtt + 0.125 * rtt
+            if rtt < self._min_rtt:
+                self._min_rtt = rtt
+                self._set_base(rtt)
+                self._cwnd = min(self._cwnd, self.max_window)
             base = self._plane_base.get(sample.plane)
             if base is None or rtt < base:
                 self._plane_base[sample.plane] = base = rtt
@@ -186,6 +220,8 @@ class Nscc:
         # Application-limited: a window the sender does not fill says nothing
         # about the network; growing it would only store a burst for later.
         limited = sample.in_flight < self._cwnd / 2
+        if sample.ecn:
+            self._last_signal = now
         if not sample.ecn:
             if limited:
                 pass
@@ -199,14 +235,20 @@ class Nscc:
             else:
                 # Above target without marks: others share the bottleneck;
                 # additive increase (~fi_gain MTU per RTT) converges to fairness.
+                # But with no congestion signal for a while the delay is noise
+                # or someone else's queue below every marking threshold:
+                # probe multiplicatively, or a window cut to 1 MTU needs
+                # BDP/MTU RTTs to come back.
                 inc = self.fi_gain * self.mtu * sample.acked_bytes / self._cwnd
+                if now - self._last_signal >= self.quiet_rtts * self._rtt_est():
+                    inc = max(inc, self.probe_gain * sample.acked_bytes)
                 self._cwnd = self._clamp(self._cwnd + inc)
                 self._counts["fair_inc"] += 1
         elif d > target:
             # Marked and queued: really too much. Cut in proportion to how far
-            # above target, at most once per base RTT (one RTT of marks
-            # describes one queue, not many).
-            if now - self._last_md >= self.base_rtt:
+            # above target, at most once per (measured) RTT: one RTT of marks
+            # describes one queue, not many.
+            if now - self._last_md >= self._rtt_est():
                 factor = max(1.0 - self.md_gain * (d - target) / d, self.md_floor)
                 self._cwnd = self._clamp(self._cwnd * factor)
                 self._last_md = now
@@ -222,15 +264,18 @@ class Nscc:
         # at the last hop it is incast, in the fabric imbalance, and both
         # mean that much less should be in flight.
         self._counts["trimmed_bytes"] += trimmed_bytes
+        self._last_signal = now
         self._cwnd = self._clamp(self._cwnd - trimmed_bytes)
         self._update_pacer()
 
     def on_loss(self, *, now: float, lost_bytes: int) -> None:
         self._counts["lost_bytes"] += lost_bytes
+        self._last_signal = now
         self._quick_adapt(now)
 
     def on_timeout(self, *, now: float) -> None:
         self._counts["timeouts"] += 1
+        self._last_signal = now
         self._quick_adapt(now)
 
     def can_send(self, *, in_flight: int, size: int) -> bool:
@@ -250,6 +295,8 @@ class Nscc:
             "min_rtt": min(self._plane_base.values(), default=math.nan),
             "pacing_rate": self._pacer.rate,
             "bdp": self.bdp,
+            "base_rtt": self.base_rtt,
+            "target_delay": self.target_delay,
         }
         out.update(self._counts)
         return out

@@ -80,7 +80,7 @@ def test_proportional_increase_shrinks_towards_target() -> None:
 
 
 def test_no_ecn_above_target_is_fair_additive_increase() -> None:
-    c = make(initial_window=5000)
+    c = make(initial_window=5000, probe_gain=0.0)  # no quiet-period probing
     queued(c, 0.0, 0.8e-3)
     assert c.qdelay == pytest.approx(0.8e-3)
     before = c._cwnd
@@ -89,17 +89,19 @@ def test_no_ecn_above_target_is_fair_additive_increase() -> None:
     assert c.stats()["fair_inc"] == 1
 
 
-def test_ecn_above_target_multiplicative_decrease_once_per_base_rtt() -> None:
+def test_ecn_above_target_multiplicative_decrease_once_per_rtt() -> None:
     c = make()
     queued(c, 0.0, 0.8e-3)
     before = c._cwnd
     ack(c, 0.01, BASE + 0.8e-3, ecn=True)
     expected = before * max(1 - 0.8 * (0.8e-3 - 0.5e-3) / 0.8e-3, 0.5)
     assert c._cwnd == pytest.approx(expected)
-    # More marks within one base RTT describe the same queue: no second cut.
-    ack(c, 0.01 + 0.5 * BASE, BASE + 0.8e-3, ecn=True)
+    # More marks within one (measured) RTT describe the same queue: no second cut.
+    rtt = c.srtt
+    assert rtt is not None and rtt > BASE
+    ack(c, 0.01 + 0.9 * rtt, BASE + 0.8e-3, ecn=True)
     assert c._cwnd == pytest.approx(expected)
-    ack(c, 0.01 + 1.01 * BASE, BASE + 0.8e-3, ecn=True)
+    ack(c, 0.01 + 1.5 * rtt, BASE + 0.8e-3, ecn=True)
     assert c._cwnd == pytest.approx(expected * 0.7, rel=1e-6)
     assert c.stats()["md"] == 2
 
@@ -287,3 +289,49 @@ def test_controllers_satisfy_protocol() -> None:
     stats = congestion.get("nscc").stats()
     assert all(isinstance(v, float) for v in stats.values())
     assert math.isnan(stats["srtt"])
+
+
+def _rtt_rounds(c: Nscc, rtts: int, rtt_of: object, t: float = 0.0) -> float:
+    """Feed ``rtts`` rounds of a full window acked MTU by MTU, no ECN."""
+    for _ in range(rtts):
+        w = c.cwnd
+        n = max(w // MTU, 1)
+        for i in range(n):
+            ack(c, t + (i + 1) * 1e-2 / n, rtt_of(), in_flight=w)  # type: ignore[operator]
+        t += 1e-2
+    return t
+
+
+def test_base_rtt_is_learned_not_the_configured_guess() -> None:
+    # Guess 1 ms, real RTT 10 ms: BDP 100 kB. The window must reach it from
+    # 1 MTU, not stop at 1.5x the guessed 10 kB.
+    c = make()
+    c.on_timeout(now=0.0)
+    assert c.cwnd == MTU
+    _rtt_rounds(c, 12, lambda: 10e-3)
+    assert c.stats()["base_rtt"] == pytest.approx(10e-3)
+    assert c.cwnd >= RATE * 10e-3
+    assert c.target_delay == pytest.approx(5e-3)  # default target follows the learned base
+
+
+def test_md_at_most_once_per_measured_rtt_with_a_small_guess() -> None:
+    c = make(initial_window=15_000)  # guess 1 ms
+    ack(c, 0.0, 10e-3, in_flight=0)
+    for i in range(8):
+        ack(c, 1e-4 * i, 19e-3, in_flight=0)
+    for i in range(10):  # marks every 1 ms for one 10+ ms RTT: one queue, one cut
+        ack(c, 0.01 + i * 1e-3, 19e-3, ecn=True)
+    assert c.stats()["md"] == 1
+
+
+def test_window_climbs_from_min_when_delay_noise_sits_above_target() -> None:
+    # Jittery path (0-8 ms on a 10 ms base), explicit 2 ms target, no ECN:
+    # additive increase alone would need ~100 RTTs to reach the 100 kB BDP.
+    import random
+
+    rng = random.Random(1)
+    c = make(target_delay=2e-3)
+    c.on_timeout(now=0.0)
+    _rtt_rounds(c, 30, lambda: 10e-3 + rng.uniform(0, 8e-3), t=0.0)
+    assert c.qdelay > c.target_delay
+    assert c.cwnd >= RATE * 10e-3
