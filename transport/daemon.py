@@ -53,6 +53,8 @@ from wire.packets import Data, Nack, Sack, unpack_body
 #: ``braid bench goodput``: 5 ms / 0.5 ms gave spurious RTOs and a small window),
 #: pacing bursts must cover the loop's 1 ms timer granularity, and one SACK per 16
 #: DATA packets (not 4) halves the per-packet Python cost on both sides (2x goodput).
+#: ``initial_rtt`` is only NSCC's first guess: it learns the base RTT from samples
+#: (the namespace testbed's ~1-10 ms works with these defaults).
 HOST_CONNECTION_DEFAULTS: dict[str, Any] = {
     "evs_per_plane": 32,
     "ack_every": 16,
@@ -637,6 +639,7 @@ class Daemon:
                 "peer": str(self.endpoint.peer_of(c)),
                 "role": "initiator" if c.initiator else "responder",
                 "stats": _jsonable(c.stats()),
+                "cc": _jsonable(c.cc.stats()),
                 "paths": {"policy": snap.get("policy"), "states": snap.get("states"),
                           "planes": snap.get("planes"), "evs": snap.get("evs")},
             })

@@ -48,17 +48,10 @@ def say(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-#: Connection parameters for this testbed (overriding the daemon's software-host
-#: defaults): 100 Mbit/s per plane, and a base RTT of ~10 ms because every
-#: packet crosses 4 userspace element ports with 1 ms timer granularity each
-#: way. With the daemon default (1 ms base, 0.5 ms delay target) NSCC reads the
-#: element's timer jitter as queueing and sits at its 1-MTU minimum.
-CONNECTION_TOML = """\
-[connection]
-plane_rate = 12.5e6
-initial_rtt = 0.01
-min_rto = 0.03
-"""
+#: The daemon's connection defaults are used as they are: NSCC learns the
+#: testbed's base RTT (~1-10 ms through the userspace link elements) from its
+#: RTT samples. (It used to need plane_rate/initial_rtt/min_rto overrides here.)
+CONNECTION_TOML = ""
 
 
 # -- daemon configs ---------------------------------------------------------------------
@@ -157,6 +150,7 @@ class Sampler:
                 "state", "packets_sent", "retransmissions", "nacks_received", "trims_fabric",
                 "trims_last_hop", "rtos", "bytes_acked", "cwnd", "srtt", "probes_sent",
                 "parked_planes", "lost_by_ev_order", "lost_by_time")}
+            row["cc"] = c.get("cc") or {}
             row["sender_planes"] = {str(p["plane"]): {k: p.get(k) for k in (
                 "state", "sent", "acked", "trims", "last_hop_trims", "losses", "parks",
                 "probes_sent")} for p in c["paths"].get("planes") or []}
