@@ -473,10 +473,11 @@ class Connection:
             self._on_lost(s.detect_losses(now), now, timeout=False)
         rd = s.rto_deadline()
         if rd is not None and now >= rd:
-            lost = s.on_rto(now)
-            if lost:
+            expired, swept = s.on_rto(now)
+            if expired:
                 self.cc.on_timeout(now=now)
-                self._on_lost(lost, now, timeout=True)
+                self._on_lost(expired, now, timeout=True)
+                self.health.on_lost(swept, now, timeout=False)
             if s.consecutive_rtos > self.config.max_rto_retries:
                 self._fail(ConnEvent.RETRY_BUDGET_SPENT,
                            f"retry budget spent: {s.consecutive_rtos} consecutive timeouts "

@@ -355,17 +355,28 @@ class Sender:
             return p.sent_time + self.rto()
         return None
 
-    def on_rto(self, now: float) -> list[SentPacket]:
-        """Everything out longer than the RTO is lost; back the timer off."""
+    def on_rto(self, now: float) -> tuple[list[SentPacket], list[SentPacket]]:
+        """The RTO fired: back off, and declare *everything* in flight lost.
+
+        Returns (expired, swept): packets out longer than the RTO (evidence
+        against their paths) and the younger ones swept along. Sweeping all
+        of them (as TCP does) matters after an outage: with the window cut
+        to one packet, stale packets still counted in flight would block
+        the very retransmission that could prove the path is back.
+        """
         rto = self.rto()
-        lost = [p for p in self.inflight.values() if now >= p.sent_time + rto]
-        for p in lost:
+        expired: list[SentPacket] = []
+        swept: list[SentPacket] = []
+        for p in self.inflight.values():
+            (expired if now >= p.sent_time + rto else swept).append(p)
+        if not expired:
+            return [], []
+        for p in expired + swept:
             self._mark_lost(p)
-        self.lost_by_rto += len(lost)
-        if lost:
-            self.rto_backoff = min(self.rto_backoff + 1, 16)
-            self.consecutive_rtos += 1
-        return lost
+        self.lost_by_rto += len(expired) + len(swept)
+        self.rto_backoff = min(self.rto_backoff + 1, 16)
+        self.consecutive_rtos += 1
+        return expired, swept
 
     def ev_acked_since(self, p: SentPacket) -> bool:
         """Did p's EV deliver anything sent after p? (then the EV is alive)."""

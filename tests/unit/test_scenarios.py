@@ -77,3 +77,21 @@ def test_h_hostile_packets_dropped_and_counted() -> None:
 def test_i_spray_beats_colliding_single_paths() -> None:
     r = S.scenario_collision()
     assert r["speedup"] >= 1.6, r
+
+
+def test_g2_connection_survives_a_short_total_outage() -> None:
+    # Every plane down for 80 ms (thousands of RTTs), then back: the RTO
+    # with backoff must find the way back before the retry budget is spent.
+    def setup(sim, fab, a, b):  # type: ignore[no-untyped-def]
+        t0 = sim.now + 1e-3
+
+        def all_planes(down: bool) -> None:
+            for p in range(fab.planes):
+                fab.set_plane_down(p, down)
+
+        sim.at(t0, lambda: all_planes(True))
+        sim.at(t0 + 0.08, lambda: all_planes(False))
+
+    r = S.run_transfer(size=8 << 20, setup=setup, until=5.0)
+    assert r["failed"] is None and r["ok"]
+    assert r["rtos"] > 0
