@@ -473,11 +473,13 @@ class Connection:
             self._on_lost(s.detect_losses(now), now, timeout=False)
         rd = s.rto_deadline()
         if rd is not None and now >= rd:
-            expired, swept = s.on_rto(now)
+            expired = s.on_rto(now)
             if expired:
                 self.cc.on_timeout(now=now)
                 self._on_lost(expired, now, timeout=True)
-                self.health.on_lost(swept, now, timeout=False)
+                if not self.cc.can_send(in_flight=s.bytes_in_flight,
+                                        size=self.config.payload_size):
+                    self.health.on_lost(s.sweep_inflight(), now, timeout=False)
             if s.consecutive_rtos > self.config.max_rto_retries:
                 self._fail(ConnEvent.RETRY_BUDGET_SPENT,
                            f"retry budget spent: {s.consecutive_rtos} consecutive timeouts "
@@ -553,7 +555,7 @@ class Connection:
             "lost_by_ev_order": s.lost_by_ev_order,
             "lost_by_time": s.lost_by_time,
             "lost_by_rto": s.lost_by_rto,
-            "rtos": s.lost_by_rto,
+            "rtos": s.rto_events,
             "nacks_received": s.nacks,
             "trims_fabric": self.trims_fabric,
             "trims_last_hop": self.trims_last_hop,

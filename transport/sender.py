@@ -127,6 +127,7 @@ class Sender:
         self.lost_by_ev_order = 0
         self.lost_by_time = 0
         self.lost_by_rto = 0
+        self.rto_events = 0
         self.nacks = 0
         self.bytes_acked = 0
 
@@ -355,28 +356,30 @@ class Sender:
             return p.sent_time + self.rto()
         return None
 
-    def on_rto(self, now: float) -> tuple[list[SentPacket], list[SentPacket]]:
-        """The RTO fired: back off, and declare *everything* in flight lost.
-
-        Returns (expired, swept): packets out longer than the RTO (evidence
-        against their paths) and the younger ones swept along. Sweeping all
-        of them (as TCP does) matters after an outage: with the window cut
-        to one packet, stale packets still counted in flight would block
-        the very retransmission that could prove the path is back.
-        """
+    def on_rto(self, now: float) -> list[SentPacket]:
+        """The RTO fired: what is out longer than it is lost; back off."""
         rto = self.rto()
-        expired: list[SentPacket] = []
-        swept: list[SentPacket] = []
-        for p in self.inflight.values():
-            (expired if now >= p.sent_time + rto else swept).append(p)
+        expired = [p for p in self.inflight.values() if now >= p.sent_time + rto]
         if not expired:
-            return [], []
-        for p in expired + swept:
+            return []
+        for p in expired:
             self._mark_lost(p)
-        self.lost_by_rto += len(expired) + len(swept)
+        self.lost_by_rto += len(expired)
+        self.rto_events += 1
         self.rto_backoff = min(self.rto_backoff + 1, 16)
         self.consecutive_rtos += 1
-        return expired, swept
+        return expired
+
+    def sweep_inflight(self) -> list[SentPacket]:
+        """Declare everything still in flight lost (after an RTO, when the
+        window has no room): after an outage, stale packets counted in
+        flight would otherwise block the one retransmission that could
+        prove the path is back."""
+        swept = list(self.inflight.values())
+        for p in swept:
+            self._mark_lost(p)
+        self.lost_by_rto += len(swept)
+        return swept
 
     def ev_acked_since(self, p: SentPacket) -> bool:
         """Did p's EV deliver anything sent after p? (then the EV is alive)."""

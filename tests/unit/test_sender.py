@@ -74,8 +74,8 @@ def test_late_ack_of_a_packet_declared_lost_cancels_its_resend() -> None:
     s.enqueue(b"x" * 1000)
     e = _Ev(0, 1)
     p0 = send(s, e, 0.0)
-    expired, swept = s.on_rto(5e-3)
-    assert expired == [p0] and not swept and s.retx_queue
+    expired = s.on_rto(5e-3)
+    assert expired == [p0] and s.retx_queue
     res = s.on_sack(sack(1, [], p0.psn, p0.timestamp, e), now=5.1e-3, now_us=5100)
     assert [p.psn for p in res.newly_acked] == [p0.psn]
     assert not s.retx_queue and not s.has_pending
@@ -91,7 +91,8 @@ def test_rto_sweeps_everything_in_flight() -> None:
     e = _Ev(0, 1)
     old = send(s, e, 0.0)
     young = [send(s, e, 4.5e-3), send(s, e, 4.6e-3)]
-    expired, swept = s.on_rto(5e-3)
-    assert expired == [old] and swept == young
+    expired = s.on_rto(5e-3)
+    assert expired == [old] and s.bytes_in_flight == 2000
+    assert s.consecutive_rtos == 1 and s.rto_backoff == 1 and s.rto_events == 1
+    assert s.sweep_inflight() == young
     assert s.bytes_in_flight == 0 and len(s.retx_queue) == 3
-    assert s.consecutive_rtos == 1 and s.rto_backoff == 1
