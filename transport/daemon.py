@@ -60,7 +60,7 @@ HOST_CONNECTION_DEFAULTS: dict[str, Any] = {
     "ack_every": 16,
     "plane_rate": 1.25e9,
     "initial_rtt": 1e-3,
-    "min_rto": 10e-3,
+    "min_rto": 40e-3,
     "idle_fail_timeout": 5.0,
     "handshake_timeout": 2.0,
     "congestion_params": {"burst_packets": 64, "target_delay": 2e-3},
