@@ -357,7 +357,10 @@ class Connection:
         # it (QuickAdapt) only throttles the healthy paths.
         rtt = self.sender.rtt
         queueing = rtt.srtt - rtt.min_rtt
-        if timeout or queueing > _CONGESTIVE_QUEUEING * rtt.min_rtt:
+        # The controller's own delay target, where it has one, says how much
+        # queueing is normal on this network (a userspace testbed jitters).
+        target = getattr(self.cc, "target_delay", 0.0)
+        if timeout or queueing > max(_CONGESTIVE_QUEUEING * rtt.min_rtt, target):
             self.cc.on_loss(now=now, lost_bytes=sum(p.length for p in lost))
         self.health.on_lost(lost, now, timeout=timeout)
 
