@@ -34,6 +34,7 @@ def _scenarios(quick: bool) -> dict[str, tuple[str, Any]]:
         "g": ("every plane dies", S.scenario_all_dead),
         "h": ("forged/tampered/replayed packets", S.scenario_hostile),
         "i": ("two colliding single paths vs spray", S.scenario_collision),
+        "j": ("spine 0 of plane 0 reboots (data and SACKs)", S.scenario_spine_down),
     }
 
 
@@ -59,6 +60,10 @@ def _figures(key: str, r: dict[str, Any]) -> dict[str, Any]:
                 "parked after (us)": (r["parked_after"] or 0) * 1e6,
                 "restored after up (us)": (r["restored_after"] or 0) * 1e6,
                 "goodput/capacity": r["goodput_over_capacity"]}
+    if key == "j":
+        return {"ok": r["ok"], "goodput during/capacity": r["goodput_during_over_capacity"],
+                "goodput/capacity": r["goodput_over_capacity"], "RTOs": r["rtos"],
+                "retransmissions": r["retransmissions"], "spurious": r["spurious_losses"]}
     if key in ("e", "f"):
         return plain
     return plain

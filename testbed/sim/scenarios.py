@@ -517,3 +517,37 @@ def scenario_collision(*, size_each: int = 8 << 20) -> dict[str, Any]:
                 fab.spine_for("a1", "b", 0, p1[0].conn.paths.evs[0].value) == 0)
     return {"ok": True, "single_seconds": times["single"], "spray_seconds": times["spray"],
             "speedup": times["single"] / times["spray"]}
+
+
+def scenario_spine_down(*, size: int = 32 << 20, seed: int = 9, down_at: float = 1e-3,
+                        up_at: float = 5e-3) -> dict[str, Any]:
+    """(j) Spine 0 of plane 0 reboots (both directions black, the plane itself
+    alive): data *and* SACKs that hash onto it vanish. Goodput should stay
+    near the remaining capacity (15/16) and few packets should be resent in vain."""
+    marks: dict[str, float] = {}
+
+    def setup(sim: Simulator, fab: Fabric, a: Peer, b: Peer) -> None:
+        t0 = sim.now
+        marks["down"], marks["up"] = t0 + down_at, t0 + up_at
+
+        def spine(down: bool) -> None:
+            fab.link("spine", "b", 0, 0).down = down  # a -> b data
+            fab.link("spine", "a", 0, 0).down = down  # b -> a SACKs
+            if down:
+                marks["acked_at_down"] = a.acked_bytes
+            else:
+                marks["acked_at_up"] = a.acked_bytes
+
+        sim.at(marks["down"], lambda: spine(True))
+        sim.at(marks["up"], lambda: spine(False))
+
+    r = run_transfer(size=size, seed=seed, setup=setup)
+    during = (marks["acked_at_up"] - marks["acked_at_down"]) / (up_at - down_at)
+    cap: float = r["capacity"]
+    b: Peer = r["b"]
+    r.update({
+        "goodput_during_over_capacity": during / cap,
+        "duplicates_received": b.conn.receiver.duplicates,
+        "spurious_losses": r["a"].conn.sender.spurious_losses,
+    })
+    return r

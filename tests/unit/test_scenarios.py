@@ -95,3 +95,11 @@ def test_g2_connection_survives_a_short_total_outage() -> None:
     r = S.run_transfer(size=8 << 20, setup=setup, until=5.0)
     assert r["failed"] is None and r["ok"]
     assert r["rtos"] > 0
+
+
+def test_j_spine_reboot_data_and_sacks_lost_on_one_spine() -> None:
+    r = S.scenario_spine_down()
+    assert r["ok"] and r["rtos"] == 0
+    # 15 of 16 spine paths remain: goodput during the outage stays close.
+    assert r["goodput_during_over_capacity"] >= 0.85, r["goodput_during_over_capacity"]
+    assert r["retransmissions"] < 200
