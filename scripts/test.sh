@@ -11,7 +11,7 @@ PY=.venv/bin
 status=0
 echo "== ruff"
 $PY/ruff check wire transport congestion testbed tools tests || status=1
-echo "== mypy --strict (wire, transport, congestion)"
+echo "== mypy --strict (wire, transport, congestion, testbed, tools, braid)"
 $PY/mypy || status=1
 echo "== pytest"
 if [ "$(id -u)" -ne 0 ]; then

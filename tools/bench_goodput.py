@@ -185,7 +185,11 @@ def _cert(tmp: Path) -> tuple[Path, Path]:
 
 
 async def _quic(role: str, me: str, peer: str, size: int, tmp: Path) -> dict[str, Any]:
-    from aioquic.asyncio import QuicConnectionProtocol, connect, serve
+    from aioquic.asyncio import (  # type: ignore[attr-defined]
+        QuicConnectionProtocol,
+        connect,
+        serve,
+    )
     from aioquic.quic.configuration import QuicConfiguration
     from aioquic.quic.events import StreamDataReceived
 
@@ -406,7 +410,7 @@ def run(args: argparse.Namespace) -> int:
 
     def ratio(a: str, b: str) -> float | None:
         if a in results and b in results:
-            return results[a]["goodput_MBps"] / results[b]["goodput_MBps"]
+            return float(results[a]["goodput_MBps"] / results[b]["goodput_MBps"])
         return None
 
     ratios = {"braid_vs_quic": ratio("braid", "quic"), "braid_vs_tcp": ratio("braid", "tcp"),

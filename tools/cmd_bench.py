@@ -40,7 +40,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         _add_common(bp)
         module.add_arguments(bp)
         bp.set_defaults(func=module.run)
-    p.set_defaults(func=lambda _args: (p.print_help(), 0)[1])
+    def _help(_args: argparse.Namespace) -> int:
+        p.print_help()
+        return 0
+
+    p.set_defaults(func=_help)
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:

@@ -40,6 +40,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--timeline", metavar="FILE",
                    help="fault timeline (default examples/demo-timeline.toml; --quick uses "
                         "a compressed built-in one)")
+    p.add_argument("--capture", action="store_true",
+                   help="also capture the receiver's four plane interfaces to "
+                        "OUT/<host>-p<P>.pcap (tcpdump, or the AF_PACKET writer) for "
+                        "braid trace decode/stats/plot and Wireshark")
     p.add_argument("--name", default="demo", help="testbed name (default demo)")
     p.add_argument("--timeout", type=float, default=150.0,
                    help="give up on the transfer after this many seconds (default 150)")

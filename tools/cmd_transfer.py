@@ -163,7 +163,7 @@ async def _send(args: argparse.Namespace) -> dict[str, Any]:
         prog = _Progress(total, args.progress or sys.stderr.isatty())
         client.on_ack = lambda n: prog.add(max(n - 48 - len(name.encode()), 0))
         t0 = time.monotonic()
-        futures = []
+        futures: list[asyncio.Future[object]] = []
         off = 0
         pattern = os.urandom(min(chunk, 1 << 22)) if args.file is None else b""
         while off < total or (total == 0 and not futures):

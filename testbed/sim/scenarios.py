@@ -506,8 +506,11 @@ def scenario_collision(*, size_each: int = 8 << 20) -> dict[str, Any]:
         _send_all(sim, p1[0], d1, 1 << 20)
         _send_all(sim, p2[0], d2, 1 << 20)
         a1, a2 = p1[0], p2[0]
-        sim.run(until=start + 5.0, done=lambda a1=a1, a2=a2: a1.acked_bytes >= size_each
-                and a2.acked_bytes >= size_each, max_events=20_000_000)
+
+        def both_done(a1: Peer = a1, a2: Peer = a2) -> bool:
+            return a1.acked_bytes >= size_each and a2.acked_bytes >= size_each
+
+        sim.run(until=start + 5.0, done=both_done, max_events=20_000_000)
         ok = _reassemble(p1[1]) == d1 and _reassemble(p2[1]) == d2
         if not ok:
             raise AssertionError(f"{policy}: transfer not byte-exact")

@@ -30,7 +30,8 @@ def test_demo_quick(tmp_path: Path, unique_name: str) -> None:
     braid = str(Path(sys.executable).parent / "braid")
     prefix = f"br{unique_name}-"
     try:
-        r = subprocess.run([braid, "demo", "--quick", "--out", str(out), "--name", unique_name],
+        r = subprocess.run([braid, "demo", "--quick", "--capture", "--out", str(out),
+                            "--name", unique_name],
                            env=env, capture_output=True, text=True, timeout=120)
     finally:
         left = _namespaces(prefix)
@@ -69,3 +70,13 @@ def test_demo_quick(tmp_path: Path, unique_name: str) -> None:
     mine = [pid for pid in os.listdir("/proc") if pid.isdigit() and pid != str(os.getpid())
             and str(out) in nsutil.pid_cmdline(int(pid))]
     assert mine == [], mine
+
+    # --capture: one pcap per receiver plane, decodable by braid trace
+    pcaps = sorted(out.glob("h3-p*.pcap"))
+    assert [p.name for p in pcaps] == [f"h3-p{i}.pcap" for i in range(4)]
+    st = subprocess.run([braid, "trace", "stats", "--json", str(pcaps[0])],
+                        capture_output=True, text=True, timeout=120)
+    assert st.returncode == 0, st.stderr
+    total = json.loads(st.stdout)["total"]
+    assert total["data"] > 1000 and total["sacks"] > 50, total
+    assert rep["captures"] == [str(p) for p in pcaps]

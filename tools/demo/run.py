@@ -305,6 +305,7 @@ def run_demo(args: argparse.Namespace) -> int:
     tb = None
     failure: str | None = None
     fired: list[dict[str, Any]] = []
+    captures: list[Any] = []
     try:
         say(f"bringing up {TOPOLOGY.relative_to(REPO)} as testbed {args.name!r} "
             f"(4 hosts x 4 planes, leaf-spine, trimming ports)")
@@ -322,6 +323,8 @@ def run_demo(args: argparse.Namespace) -> int:
             _wait_socket(socks[h], daemons[h], work / f"daemon-{h}.log")
         say(f"daemons up on {SENDER} ({', '.join(tb.address(SENDER, p) for p in tb.planes)}) "
             f"and {RECEIVER} ({', '.join(tb.address(RECEIVER, p) for p in tb.planes)})")
+        if getattr(args, "capture", False):
+            captures = _start_captures(tb, out)
         recv = procs.start(tb, RECEIVER, "recv", [
             "recv", "--config", str(cfgs[RECEIVER]), "--count", "1", "--json",
             "--timeout", str(args.timeout)], work / "recv.log")
@@ -379,6 +382,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 failure = f"braid recv failed (exit {recv.returncode}): {_tail(work / 'recv.log')}"
         time.sleep(2 * SAMPLE_EVERY)
         sampler.stop()
+        pcaps = _stop_captures(captures)
+        captures = []
         tl_thread.join(timeout=5)
         send_res = _last_json(work / "send.log")
         recv_res = _last_json(work / "recv.log")
@@ -407,6 +412,12 @@ def run_demo(args: argparse.Namespace) -> int:
             [{**r, "t": round(r["mono"] - t0, 4)} for r in sampler.rows]) + "\n")
         print_report(report)
         print(f"report: {out / 'report.json'}\nplot:   {png}\nlogs:   {work}")
+        if pcaps:
+            report["captures"] = [str(p) for p in pcaps]
+            (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+            print("captures: " + " ".join(str(p) for p in pcaps))
+            print(f"  braid trace stats {pcaps[0]}\n  braid trace plot {pcaps[0]} -o plane0.png"
+                  f"\n  wireshark -X lua_script:{REPO / 'tools/wireshark/braid.lua'} {pcaps[0]}")
     except KeyboardInterrupt:
         failure = "interrupted"
         say("interrupted; tearing down")
@@ -414,6 +425,7 @@ def run_demo(args: argparse.Namespace) -> int:
     finally:
         if sampler is not None:
             sampler.stop()
+        _stop_captures(captures)
         if args.keep and tb is not None:
             say(f"--keep: testbed {args.name!r} and daemons left up; "
                 f"'braid testbed down --name {args.name}' removes them")
@@ -429,6 +441,33 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"braid demo: FAILED: {failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def _start_captures(tb: Any, out: Path) -> list[Any]:
+    """One capture per plane interface of the receiver (data in, SACKs out)."""
+    from tools.trace.capture import Target, start
+
+    caps = []
+    try:
+        for p in tb.planes:
+            cap = start(Target(out / f"{RECEIVER}-p{p}.pcap", netns=tb.netns(RECEIVER),
+                               iface=f"p{p}"))
+            caps.append(cap)
+            cap.wait_ready()
+    except BaseException:
+        _stop_captures(caps)
+        raise
+    say(f"capturing {RECEIVER}'s planes into {out}/{RECEIVER}-p*.pcap")
+    return caps
+
+
+def _stop_captures(caps: list[Any]) -> list[Path]:
+    done = []
+    for cap in caps:
+        cap.stop()
+        if cap.target.output.exists():
+            done.append(cap.target.output)
+    return done
 
 
 def _fault_text(e: Any) -> str:
