@@ -13,7 +13,6 @@ chosen by name). This module wires them together and runs the handshake.
 
 from __future__ import annotations
 
-import random
 from collections import deque
 
 from congestion import registry as cc_registry
@@ -110,7 +109,6 @@ class Connection:
         )
         self._events: deque[Event] = deque()
         self._control: list[tuple[bytes, TxPath]] = []
-        self._rng = random.Random(c.seed ^ local_cid)
         self._hs_packet: bytes | None = None
         self._hs_deadline: float | None = None
         self._hs_tries = 0
@@ -187,6 +185,8 @@ class Connection:
         if tell_peer and self._sealer is not None:
             self._control.append((self._sealer.seal(Reset(code, self.sender.next_psn)),
                                   self._ctl_path(0)))
+        # The table draws the expected failing edges (docs/state-machines.md);
+        # a failure is final from any state, so it is applied unconditionally.
         self.state = ConnState.FAILED
         self.failure_reason = reason
         self._events.append(ConnectionFailed(reason))
