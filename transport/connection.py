@@ -351,17 +351,25 @@ class Connection:
     def _on_lost(self, lost: list[SentPacket], now: float, *, timeout: bool) -> None:
         if not lost:
             return
-        # In a trimming fabric congestion shows up as trims, ECN and delay; a
-        # drop with no queueing delay behind it is corruption or a gray path,
-        # which the EV health machinery below handles. Cutting the window for
-        # it (QuickAdapt) only throttles the healthy paths.
+        # Which losses speak of congestion? In a trimming fabric congestion
+        # shows up as trims, ECN and delay, so:
+        # - a drop with no queueing delay behind it is corruption or a gray
+        #   path (the controller's own delay target says how much queueing is
+        #   normal: a userspace testbed jitters);
+        # - a loss on an EV that already lost recently is that path failing
+        #   (a rebooting spine keeps eating what is sprayed onto it until the
+        #   EV is parked). Cutting the window for each such loss made
+        #   QuickAdapt spiral to one packet while 15 of 16 paths were fine.
+        # Path failures are the EV health machinery's job (below).
         rtt = self.sender.rtt
         queueing = rtt.srtt - rtt.min_rtt
-        # The controller's own delay target, where it has one, says how much
-        # queueing is normal on this network (a userspace testbed jitters).
         target = getattr(self.cc, "target_delay", 0.0)
-        if timeout or queueing > max(_CONGESTIVE_QUEUEING * rtt.min_rtt, target):
+        if timeout:
             self.cc.on_loss(now=now, lost_bytes=sum(p.length for p in lost))
+        elif queueing > max(_CONGESTIVE_QUEUEING * rtt.min_rtt, target):
+            fresh = sum(p.length for p in lost if not self.health.recently_lossy(p.ev))
+            if fresh:
+                self.cc.on_loss(now=now, lost_bytes=fresh)
         self.health.on_lost(lost, now, timeout=timeout)
 
     def _on_nack(self, nack: Nack, now: float) -> None:

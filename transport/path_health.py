@@ -57,6 +57,13 @@ class PathHealth:
             if s:
                 scores[ev.value] = s - 1
 
+    def recently_lossy(self, ev: Ev | None) -> bool:
+        """Has this EV lost a packet that its ACKs have not yet outweighed
+        (or is it already out of service)?"""
+        if ev is None:
+            return False
+        return self._score.get(ev.value, 0) > 0 or ev.state.value != "good"
+
     def on_lost(self, lost: Iterable[SentPacket], now: float, *, timeout: bool) -> None:
         """Penalise EVs only on strong evidence: a timeout, a plane silent
         since the packet left (dead-ish: act at once), or repeated losses on
