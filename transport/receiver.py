@@ -49,7 +49,6 @@ class Receiver:
         # PSN range that arrived since the last SACK: spraying scatters it, so
         # one 64-PSN bitmap ending at the last arrival may not cover it.
         self._pend_lo: int | None = None
-        self._pend_hi = -1
         self._ack_deadline: float | None = None
         self._hole_refresh: float | None = None
         self.duplicates = 0
@@ -104,8 +103,6 @@ class Receiver:
         psn = body.psn
         if self._pend_lo is None or psn < self._pend_lo:
             self._pend_lo = psn
-        if psn > self._pend_hi:
-            self._pend_hi = psn
         if self._ack_deadline is None:
             self._ack_deadline = now + self.ack_delay
         # CE marks go back at once so the sender can tell which EV was marked.
@@ -169,7 +166,6 @@ class Receiver:
         self._ce_since_ack = 0
         self._ack_deadline = None
         self._pend_lo = None
-        self._pend_hi = -1
         # While holes remain, keep the sender informed even if it goes quiet:
         # a coalescing receiver without this can deadlock a sender on holes.
         self._hole_refresh = now + max(rtt_hint, self.ack_delay) if self._above else None

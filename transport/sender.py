@@ -18,7 +18,6 @@ which the SACK echoes, so RTT samples are never ambiguous.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -380,14 +379,3 @@ class Sender:
             self._mark_lost(p)
         self.lost_by_rto += len(swept)
         return swept
-
-    def ev_acked_since(self, p: SentPacket) -> bool:
-        """Did p's EV deliver anything sent after p? (then the EV is alive)."""
-        return self._ev_acked_seq.get(self._key(p), -1) > p.seq
-
-    @staticmethod
-    def _key(p: SentPacket) -> int:
-        return (p.ev.plane << 16) | p.ev.value if p.ev is not None else -1
-
-    def iter_inflight(self) -> Iterator[SentPacket]:
-        return iter(self.inflight.values())
