@@ -217,7 +217,13 @@ class EndpointIO:
         sockaddr = self.peers.sockaddr
         n_tx = 0
         n_bytes = 0
+        n_planes = len(planes)
         for peer, data, path in out:
+            if not 0 <= path.plane < n_planes:
+                # The core folds every plane into range; never let one bad
+                # number abort the service pass (a CLOSE behind it would be lost).
+                self.tx_errors["bad_plane"] = self.tx_errors.get("bad_plane", 0) + 1
+                continue
             ps = planes[path.plane]
             dest = sockaddr(peer, path.plane, path.ev)
             if dest is None:

@@ -39,7 +39,22 @@ class ConnectionConfig:
     handshake_timeout: float = 2.0
     #: Max PSN distance the receiver tracks above its cumulative PSN.
     psn_window: int = 1 << 16
-    max_message_size: int = 1 << 31
+    #: Largest message; at most recv_window (a message is held whole until delivered).
+    max_message_size: int = 64 << 20
+    #: Receive credit: bytes this end holds for one connection — slices of
+    #: incomplete messages plus, with hold_delivered, delivered messages not
+    #: yet consumed (Connection.consume). The peer never sends beyond it.
+    recv_window: int = 64 << 20
+    #: Delivered messages keep their credit until the application consumes
+    #: them (the daemon: until a client took them from its inbox).
+    hold_delivered: bool = False
+    #: A responder whose initiator never sent an authenticated packet after
+    #: the ACCEPT is forgotten after this long (replayed or abandoned INITs).
+    half_open_timeout: float = 3.0
+    #: A responder with nothing outstanding that heard nothing for this long is
+    #: forgotten (its peer crashed or never closed); a later packet of it is
+    #: answered with UNKNOWN_CONN and the peer reconnects. 0 = never.
+    idle_timeout: float = 60.0
     #: Largest burst datagrams_to_send() returns per call.
     max_burst: int = 64
     #: Seed of EV selection and rotation (connections must not synchronise).
@@ -54,3 +69,9 @@ class ConnectionConfig:
             raise ValueError("payload_size must be 64..65000")
         if self.ack_every < 1:
             raise ValueError("ack_every must be ≥ 1")
+        if not 1 << 20 <= self.recv_window < 1 << 31:
+            raise ValueError("recv_window must be 1 MiB .. 2 GiB - 1")
+        if not 0 <= self.max_message_size <= self.recv_window:
+            raise ValueError("max_message_size must be 0..recv_window")
+        if self.half_open_timeout <= 0 or self.idle_timeout < 0:
+            raise ValueError("half_open_timeout must be > 0 and idle_timeout ≥ 0")

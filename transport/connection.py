@@ -30,7 +30,7 @@ from transport.events import (
 )
 from transport.path_health import PathHealth
 from transport.paths import PathPolicy, get_policy
-from transport.receiver import Receiver
+from transport.receiver import Receiver, SliceError
 from transport.sender import Sender, SentPacket
 from wire.codec import HandshakeCodec, Opener, Packet, Sealer, peek_untrusted
 from wire.constants import CloseReason, Dscp, Flag, NackReason, PacketType
@@ -49,8 +49,10 @@ from wire.packets import (
     Sack,
 )
 
-_DEFAULT_RWND = 0xFFFFFFFF
 _CLOSE_RETRIES = 5
+#: Probe id of a credit probe: the receiver answers it with a SACK (its
+#: current credit edge), not a PROBE_ACK; path probes count from 1.
+_CREDIT_PROBE_ID = 0
 # Plain ints for the per-packet paths: `IntFlag & int` runs Python-level enum
 # code (~0.5 µs a time, measured by the wire benchmark's author).
 _ACK_REQ = int(Flag.ACK_REQ)
@@ -105,7 +107,8 @@ class Connection:
         )
         self.receiver = Receiver(
             ack_every=c.ack_every, ack_delay=c.ack_delay, psn_window=c.psn_window,
-            max_message_size=c.max_message_size,
+            max_message_size=c.max_message_size, slice_size=c.payload_size,
+            recv_window=c.recv_window, hold_delivered=c.hold_delivered,
         )
         self._events: deque[Event] = deque()
         self._control: list[tuple[bytes, TxPath]] = []
@@ -118,6 +121,12 @@ class Connection:
         self.health = PathHealth(self.paths, planes=c.planes, now=now)
         self._ctl_rr = 0
         self.sender.last_progress = now
+        #: Last authenticated packet of the peer (responder expiry); a responder
+        #: is "confirmed" once one arrived after its ACCEPT.
+        self.last_heard = now
+        self.confirmed = initiator
+        self._persist_at: float | None = None
+        self._persist_tries = 0
         self.dropped: dict[str, int] = {}
         self.trims_fabric = 0
         self.trims_last_hop = 0
@@ -141,6 +150,7 @@ class Connection:
         conn = cls(config=config, secret=secret, local_cid=local_cid, now=now, initiator=False)
         conn.remote_cid = init.src_cid
         conn._peer_nonce = init.nonce
+        conn.receiver.slice_size = init.mtu  # the endpoint checked its range
         accept = Accept(local_cid, conn._nonce, init.nonce, config.planes,
                         config.evs_per_plane, config.payload_size, _us(now))
         conn._hs_packet = conn._hs.seal(accept, dcid=init.src_cid)
@@ -189,6 +199,7 @@ class Connection:
         # a failure is final from any state, so it is applied unconditionally.
         self.state = ConnState.FAILED
         self.failure_reason = reason
+        self.receiver.discard()
         self._events.append(ConnectionFailed(reason))
 
     # -- API ---------------------------------------------------------------------
@@ -215,6 +226,13 @@ class Connection:
         self._fail(ConnEvent.RESET_CALLED, reason, tell_peer=True, now=now,
                    code=CloseReason.SHUTDOWN)
 
+    def consume(self, nbytes: int, now: float) -> None:
+        """The application took ``nbytes`` of delivered messages (with
+        ``hold_delivered``): grant that credit back to the peer."""
+        self._now = now
+        if self.receiver.consume(nbytes) and self.is_established:
+            self._send_sack(now)  # it was told of little room: say there is more
+
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
 
@@ -222,8 +240,13 @@ class Connection:
 
     def _ctl_path(self, plane: int) -> TxPath:
         """Control packets go back on the plane they answer (a dead plane then
-        stays silent, which is what the peer needs to notice), on any EV."""
-        evs = self.paths.ev_set.plane_evs(plane % self.config.planes)
+        stays silent, which is what the peer needs to notice), on any EV.
+
+        ``plane`` must be a plane this host received on or chose itself, never
+        a number read from a packet; anything outside 0..planes-1 is folded
+        back into range so no caller can name a plane that does not exist."""
+        plane %= self.config.planes
+        evs = self.paths.ev_set.plane_evs(plane)
         self._ctl_rr += 1
         return TxPath(plane, evs[self._ctl_rr % len(evs)].value, Dscp.CONTROL)
 
@@ -250,6 +273,8 @@ class Connection:
         except WireError as exc:
             self._drop(exc.reason)
             return
+        self.last_heard = now
+        self.confirmed = True
         body = pkt.body
         if isinstance(body, Data):
             self._on_data(pkt, body, rx, now)
@@ -258,7 +283,7 @@ class Connection:
         elif isinstance(body, Nack):
             self._on_nack(body, now)
         elif isinstance(body, Probe):
-            self._on_probe(body, rx)
+            self._on_probe(body, rx, now)
         elif isinstance(body, ProbeAck):
             self._on_probe_ack(body, now)
         elif isinstance(body, Close):
@@ -288,6 +313,10 @@ class Connection:
             return
         if self.state is not ConnState.HANDSHAKING:
             return  # a duplicate ACCEPT
+        if not 64 <= body.mtu <= 65000:
+            self._drop("bad_mtu")
+            return
+        self.receiver.slice_size = body.mtu
         self.remote_cid = body.src_cid
         self._peer_nonce = body.nonce
         self._install_keys(initiator_nonce=self._nonce, responder_nonce=body.nonce,
@@ -296,6 +325,11 @@ class Connection:
         self._transition(ConnEvent.ACCEPT_RECEIVED)
         self.sender.last_progress = now
         self.health.reset_heard(now)
+        # Confirm at once (the responder forgets a half-open handshake soon):
+        # a credit probe costs the peer nothing while it has received no data.
+        assert self._sealer is not None
+        self._control.append((self._sealer.seal(Probe(_CREDIT_PROBE_ID, 0, 0, _us(now), 0)),
+                              self._ctl_path(rx.plane)))
         self._events.append(ConnectionEstablished(self.local_cid, self.remote_cid))
 
     def _on_data(self, pkt: Packet, body: Data, rx: RxInfo, now: float) -> None:
@@ -314,9 +348,13 @@ class Connection:
         assert pkt.payload is not None
         try:
             urgent = r.on_data(body, pkt.payload, ce=rx.ce, now=now,
-                               ack_req=bool(pkt.header.flags & _ACK_REQ))
-        except ValueError:
-            self._drop("message_too_large")
+                               ack_req=bool(pkt.header.flags & _ACK_REQ), plane=rx.plane)
+        except SliceError as exc:
+            # Only a holder of the connection keys can get here: a broken or
+            # hostile peer. Its data can no longer be trusted to reassemble.
+            self._drop(exc.reason)
+            self._fail(ConnEvent.RETRY_BUDGET_SPENT, f"protocol error by peer: {exc}",
+                       tell_peer=True, now=now, code=CloseReason.PROTOCOL_ERROR)
             return
         for msg_id, data in r.take_delivered():
             self._events.append(MessageDelivered(msg_id, data))
@@ -325,13 +363,16 @@ class Connection:
 
     def _send_sack(self, now: float) -> None:
         assert self._sealer is not None
-        for due in self.receiver.make_sacks(_DEFAULT_RWND, now, self.sender.rtt.srtt):
+        for due in self.receiver.make_sacks(now, self.sender.rtt.srtt):
             flags = _ECN_ECHO if due.ecn_echo else 0
             self._control.append((self._sealer.seal(due.sack, flags=flags),
                                   self._ctl_path(due.plane)))
 
     def _on_sack(self, sack: Sack, flags: int, now: float) -> None:
         res = self.sender.on_sack(sack, now=now, now_us=_us(now))
+        self._persist_tries = 0  # the peer answers
+        if self.sender.on_credit(sack.rwnd):
+            self._persist_at = None
         ecn = bool(flags & _ECN_ECHO)
         self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
                              sampled=res.sampled, rtt=res.rtt)
@@ -339,7 +380,9 @@ class Connection:
         if acked or ecn:
             self.cc.on_ack(AckSample(
                 now=now, acked_bytes=acked, rtt=res.rtt, ecn=ecn, ev=sack.echo_ev,
-                plane=sack.plane, in_flight=self.sender.bytes_in_flight + acked,
+                # The plane we sent the sampled packet on, not the peer's word.
+                plane=res.sampled.ev.plane if res.sampled is not None and res.sampled.ev
+                else sack.plane % self.config.planes, in_flight=self.sender.bytes_in_flight + acked,
             ))
         for msg_id, size in res.messages_acked:
             self._events.append(MessageAcked(msg_id, size))
@@ -389,8 +432,11 @@ class Connection:
         elif nack.reason == NackReason.OUT_OF_WINDOW:
             self._drop("nack_out_of_window")
 
-    def _on_probe(self, probe: Probe, rx: RxInfo) -> None:
+    def _on_probe(self, probe: Probe, rx: RxInfo, now: float) -> None:
         assert self._sealer is not None
+        if probe.probe_id == _CREDIT_PROBE_ID:
+            self._send_sack(now)  # a sender waiting for credit: where is the edge now?
+            return
         ack = ProbeAck(probe.probe_id, probe.ev, self.receiver.cum_psn, probe.timestamp,
                        probe.plane)
         self._control.append((self._sealer.seal(ack), self._ctl_path(rx.plane)))
@@ -458,8 +504,11 @@ class Connection:
             self.receiver.timer(), s.loss_timer(), s.rto_deadline(), self.paths.next_timer(),
             self._close_deadline,
         ]
-        if s.has_pending:
+        if s.has_outstanding:
             cands.append(s.last_progress + self.config.idle_fail_timeout)
+        if self._persist_at is not None:
+            cands.append(self._persist_at)
+        cands.append(self._expiry())
         if (s.retx_queue or s.has_new_data) and self.cc.can_send(
             in_flight=s.bytes_in_flight, size=self.config.payload_size
         ):
@@ -504,10 +553,18 @@ class Connection:
                            f"retry budget spent: {s.consecutive_rtos} consecutive timeouts "
                            f"without progress", tell_peer=True, now=now)
                 return
-        if s.has_pending and now >= s.last_progress + self.config.idle_fail_timeout:
+        if s.has_outstanding and now >= s.last_progress + self.config.idle_fail_timeout:
             self._fail(ConnEvent.RETRY_BUDGET_SPENT,
                        f"no acknowledgement for {now - s.last_progress:.3f}s "
                        f"(parked planes: {self.paths.parked_planes()})", tell_peer=True, now=now)
+            return
+        if self._persist_at is not None and now >= self._persist_at:
+            self._credit_probe(now)
+            if self.is_terminal:
+                return
+        exp = self._expiry()
+        if exp is not None and now >= exp:
+            self._expire(now)
             return
         if self._close_deadline is not None and now >= self._close_deadline:
             if self._close_tries >= _CLOSE_RETRIES:
@@ -517,6 +574,51 @@ class Connection:
             else:
                 self._send_close(now)
         self._note_ev_changes()
+
+    def _credit_probe(self, now: float) -> None:
+        """Waiting for credit with nothing outstanding: the SACK that opens the
+        window may have been lost, so ask (a PROBE with id 0) with backoff;
+        a peer that never answers fails the connection, never hangs it."""
+        s = self.sender
+        if not s.credit_blocked or s.has_outstanding:
+            self._persist_at = None
+            self._persist_tries = 0
+            return
+        if self._persist_tries > self.config.max_rto_retries:
+            self._fail(ConnEvent.RETRY_BUDGET_SPENT,
+                       f"peer stopped answering: {self._persist_tries} credit probes "
+                       f"unanswered", tell_peer=True, now=now)
+            return
+        assert self._sealer is not None
+        ev = self.health.pick(now, None, s.rtt.srtt)
+        plane, value = (ev.plane, ev.value) if ev is not None else (0, 0)
+        probe = Probe(_CREDIT_PROBE_ID, value, s.cum_acked, _us(now), plane)
+        self._control.append((self._sealer.seal(probe), TxPath(plane, value, Dscp.CONTROL)))
+        self._persist_tries += 1
+        self._persist_at = now + min(s.rto() * (1 << min(self._persist_tries, 10)),
+                                     self.config.max_rto)
+
+    def _expiry(self) -> float | None:
+        """When a responder is forgotten: a half-open one (nothing heard since
+        the ACCEPT) soon, an idle one (nothing outstanding either way, nothing
+        heard) after ``idle_timeout``. Initiators never expire: they have an
+        application behind them that decides."""
+        if self.initiator or self.state is not ConnState.ESTABLISHED:
+            return None
+        if not self.confirmed:
+            return self._created + self.config.half_open_timeout
+        if self.config.idle_timeout <= 0 or self.sender.has_pending \
+                or self.receiver.messages_in_progress:
+            return None
+        return self.last_heard + self.config.idle_timeout
+
+    def _expire(self, now: float) -> None:
+        half_open = not self.confirmed
+        self.state = ConnState.CLOSED  # silently: there is no one to tell
+        self.receiver.discard()
+        self._events.append(ConnectionClosed(
+            "expired: the initiator never confirmed the handshake" if half_open
+            else f"expired: idle for {now - self.last_heard:.1f}s"))
 
     # -- output ------------------------------------------------------------------
 
@@ -559,6 +661,8 @@ class Connection:
             s.on_sent(p, ev=ev, ev_key=(ev.plane << 16) | ev.value, now=now, timestamp=ts)
             cc.on_sent(now=now, size=len(payload))
             budget -= 1
+        if self._persist_at is None and s.credit_blocked and not s.has_outstanding:
+            self._persist_at = now + s.rto()
         return out
 
     # -- introspection -----------------------------------------------------------

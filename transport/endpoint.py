@@ -143,6 +143,9 @@ class Endpoint:
             # Both ends must agree on the plane count (EV plane fields index it).
             self._drop("plane_mismatch")
             return None
+        if not 64 <= init.mtu <= 65000:
+            self._drop("bad_mtu")  # it sizes the reassembly slices
+            return None
         lcid = self._new_cid()
         conn = Connection.accept(config=replace(self.config, seed=self.config.seed ^ lcid),
                                  secret=self.secret, local_cid=lcid, init=init, now=now)

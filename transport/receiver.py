@@ -1,24 +1,51 @@
 """The receiving half of a connection: PSN tracking, SACK/NACK generation,
-and message reassembly by offset.
+message reassembly by offset, and the receive credit it grants.
 
 Each PSN is placed exactly once, so a message's byte count can be trusted to
-say when it is whole, however the packets were sprayed and reordered.
+say when it is whole, however the packets were sprayed and reordered. The
+peer is not trusted beyond that: a slice must start on a multiple of the
+peer's announced payload size and be exactly that long (shorter only at the
+end of its message), every slice of a message must name the same length,
+and no slice may be placed twice; anything else is a protocol error
+(``SliceError``). Nothing is allocated for what a slice *claims* (the
+message length): a message is kept as the slices that arrived, joined when
+the last one does.
+
+Credit (back-pressure, wire/SPEC.md "Receive credit"): the receiver holds at
+most ``recv_window`` bytes — slices of incomplete messages plus, with
+``hold_delivered``, delivered messages the application has not consumed yet.
+Every SACK carries the credit edge ``freed + recv_window`` (low 32 bits of
+a byte count); a sender keeps the bytes of new data it ever sent below the
+largest edge it heard, so the receiver never has to drop anything it could
+acknowledge. A slice beyond the edge (a sender that ignores credit) is not
+recorded, not acknowledged, and counted in ``no_buffer``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from wire.constants import NackReason
+from wire.constants import INITIAL_CREDIT, NackReason
 from wire.packets import Data, Nack, Sack
 
 _BITMAP_BITS = 64
+_U32 = 0xFFFFFFFF
+_HALF = 1 << 31
+
+
+class SliceError(ValueError):
+    """A DATA slice inconsistent with its message: a protocol error of the peer."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 @dataclass(slots=True)
 class _Assembly:
-    buf: bytearray
-    received: int
+    msg_len: int
+    slices: dict[int, bytes] = field(default_factory=dict)
+    received: int = 0
 
 
 @dataclass(slots=True)
@@ -31,18 +58,36 @@ class AckDue:
 
 
 class Receiver:
-    """PSN bookkeeping and reassembly; knows nothing of time except as given."""
+    """PSN bookkeeping, reassembly and credit; knows nothing of time except as given.
+
+    ``slice_size`` is the peer's payload size (INIT/ACCEPT ``MTU``).
+    """
 
     def __init__(self, *, ack_every: int, ack_delay: float, psn_window: int,
-                 max_message_size: int) -> None:
+                 max_message_size: int, slice_size: int, recv_window: int = 64 << 20,
+                 hold_delivered: bool = False) -> None:
+        if not INITIAL_CREDIT <= recv_window < _HALF:
+            raise ValueError(f"recv_window must be {INITIAL_CREDIT}..{_HALF - 1} bytes")
         self.ack_every = ack_every
         self.ack_delay = ack_delay
         self.psn_window = psn_window
-        self.max_message_size = max_message_size
+        self.max_message_size = min(max_message_size, recv_window)
+        self.slice_size = slice_size
+        self.recv_window = recv_window
+        self.hold_delivered = hold_delivered
         self.cum_psn = 0
         self._above: set[int] = set()
         self._assembly: dict[int, _Assembly] = {}
         self._delivered: list[tuple[int, bytes]] = []
+        # Message ids below the floor, and those in ``_done``, were delivered:
+        # a new PSN naming one of them is a forged or broken peer, not a resend.
+        self._done_floor = 1
+        self._done: set[int] = set()
+        #: Bytes of slices accepted (each PSN once) and bytes given back.
+        self.bytes_received = 0
+        self.freed = 0
+        self.held_partial = 0
+        self._adv_room = recv_window
         self._unacked = 0
         self._ce_since_ack = 0
         self._last: tuple[int, int, int, int] | None = None  # psn, ev, ts, plane
@@ -55,7 +100,7 @@ class Receiver:
         self.trimmed_fabric = 0
         self.trimmed_last_hop = 0
         self.out_of_window = 0
-        self.bytes_received = 0
+        self.no_buffer = 0
 
     # -- input -----------------------------------------------------------------
 
@@ -77,36 +122,111 @@ class Receiver:
     def in_window(self, psn: int) -> bool:
         return psn < self.cum_psn + self.psn_window
 
+    def _check_slice(self, body: Data, n: int) -> _Assembly | None:
+        """The assembly this slice extends (None: a new message); raises SliceError."""
+        mid, off, mlen = body.msg_id, body.msg_offset, body.msg_len
+        if mlen > self.max_message_size:
+            raise SliceError("message_too_large",
+                             f"message {mid} of {mlen} bytes exceeds {self.max_message_size}")
+        ahead = (mid - self._done_floor) & _U32
+        if ahead >= _HALF or mid in self._done:
+            raise SliceError("message_replayed", f"new PSN {body.psn} for delivered message {mid}")
+        if ahead >= self.psn_window:
+            raise SliceError("message_id_window", f"message {mid} is {ahead} ids ahead")
+        size = self.slice_size
+        if off % size or n != min(size, mlen - off):
+            raise SliceError("slice_shape", f"slice {off}+{n} of message {mid} ({mlen} bytes) "
+                             f"is not a {size}-byte segment")
+        asm = self._assembly.get(mid)
+        if asm is not None:
+            if asm.msg_len != mlen:
+                raise SliceError("message_length",
+                                 f"message {mid} said {asm.msg_len} bytes, now {mlen}")
+            if off in asm.slices:
+                raise SliceError("slice_overlap", f"message {mid} offset {off} placed twice")
+        return asm
+
     def on_data(self, body: Data, payload: bytes, *, ce: bool, now: float,
-                ack_req: bool) -> bool:
-        """A full DATA packet; returns True if a SACK should go out at once."""
-        self._last = (body.psn, body.ev, body.timestamp, body.plane)
-        if ce:
-            self._ce_since_ack += 1
-        if not self._record(body.psn):
+                ack_req: bool, plane: int | None = None) -> bool:
+        """A full DATA packet; returns True if a SACK should go out at once.
+
+        ``plane`` is where it arrived (SACKs go back there); raises
+        ``SliceError`` for a slice inconsistent with its message."""
+        psn = body.psn
+        if psn < self.cum_psn or psn in self._above:
             # A duplicate means the sender did not hear our SACK: repeat it now.
+            self._last = (psn, body.ev, body.timestamp, body.plane if plane is None else plane)
             self.duplicates += 1
             return True
-        self.bytes_received += len(payload)
-        if body.msg_len > self.max_message_size:
-            raise ValueError("message larger than max_message_size")
-        asm = self._assembly.get(body.msg_id)
+        n = len(payload)
+        asm = self._check_slice(body, n)
+        if self.bytes_received + n > self.freed + self.recv_window:
+            # Beyond the credit granted: not ours to keep, and not acknowledged.
+            self.no_buffer += 1
+            return self._last is not None
+        self._last = (psn, body.ev, body.timestamp, body.plane if plane is None else plane)
+        if ce:
+            self._ce_since_ack += 1
+        self._record(psn)
+        self.bytes_received += n
         if asm is None:
-            asm = _Assembly(bytearray(body.msg_len), 0)
-            self._assembly[body.msg_id] = asm
-        asm.buf[body.msg_offset : body.msg_offset + len(payload)] = payload
-        asm.received += len(payload)
-        if asm.received >= body.msg_len:
-            del self._assembly[body.msg_id]
-            self._delivered.append((body.msg_id, bytes(asm.buf)))
+            asm = self._assembly[body.msg_id] = _Assembly(body.msg_len)
+        asm.slices[body.msg_offset] = payload
+        asm.received += n
+        self.held_partial += n
+        if asm.received == asm.msg_len:
+            self._complete(body.msg_id, asm)
         self._unacked += 1
-        psn = body.psn
         if self._pend_lo is None or psn < self._pend_lo:
             self._pend_lo = psn
         if self._ack_deadline is None:
             self._ack_deadline = now + self.ack_delay
         # CE marks go back at once so the sender can tell which EV was marked.
         return ack_req or ce or self._unacked >= self.ack_every
+
+    def _complete(self, msg_id: int, asm: _Assembly) -> None:
+        del self._assembly[msg_id]
+        slices = asm.slices
+        data = slices[0] if len(slices) == 1 else b"".join(
+            slices[o] for o in range(0, asm.msg_len, self.slice_size))
+        self.held_partial -= asm.msg_len
+        if not self.hold_delivered:
+            self.freed += asm.msg_len
+        if msg_id == self._done_floor:
+            floor = (msg_id + 1) & _U32 or 1
+            done = self._done
+            while floor in done:
+                done.discard(floor)
+                floor = (floor + 1) & _U32 or 1
+            self._done_floor = floor
+        else:
+            self._done.add(msg_id)
+        self._delivered.append((msg_id, data))
+
+    def consume(self, nbytes: int) -> bool:
+        """The application took ``nbytes`` of delivered data (``hold_delivered``):
+        that much credit comes back. True if the sender should hear it now (it
+        was last told of little room)."""
+        held_delivered = self.bytes_received - self.freed - self.held_partial
+        self.freed += max(0, min(nbytes, held_delivered))
+        return self._adv_room < self.recv_window // 2 and self._last is not None \
+            and self.room >= self.recv_window // 2
+
+    @property
+    def room(self) -> int:
+        """Bytes the receiver can still accept."""
+        return self.freed + self.recv_window - self.bytes_received
+
+    @property
+    def credit_edge(self) -> int:
+        """The credit edge as sent in SACK ``Receive Window`` (low 32 bits)."""
+        return (self.freed + self.recv_window) & _U32
+
+    def discard(self) -> None:
+        """Free every incomplete message (the connection ended)."""
+        self._assembly.clear()
+        self._done.clear()
+        self.held_partial = 0
 
     def on_trimmed(self, body: Data, *, last_hop: bool) -> Nack:
         """A header whose payload a switch cut: NACK it at once."""
@@ -138,8 +258,7 @@ class Receiver:
                     bitmap |= 1 << i
         return bitmap
 
-    def make_sacks(self, rwnd: int, now: float, rtt_hint: float,
-                   max_extra: int = 3) -> list[AckDue]:
+    def make_sacks(self, now: float, rtt_hint: float, max_extra: int = 3) -> list[AckDue]:
         """SACKs for what arrived since the last one: the last carries the
         triggering packet's echo (EV, timestamp); up to ``max_extra`` more
         cover older parts of the range that one bitmap cannot reach."""
@@ -147,6 +266,8 @@ class Receiver:
             return []
         psn, ev, ts, plane = self._last
         cum = self.cum_psn
+        rwnd = self.credit_edge
+        self._adv_room = self.room
         out: list[AckDue] = []
         lo = self._pend_lo
         base = max(cum, psn - (_BITMAP_BITS - 1))
@@ -188,3 +309,10 @@ class Receiver:
     @property
     def messages_in_progress(self) -> int:
         return len(self._assembly)
+
+    @property
+    def state_size(self) -> dict[str, int]:
+        """What this receiver holds, for the bounded-memory tests and stats."""
+        return {"partial_messages": len(self._assembly), "partial_bytes": self.held_partial,
+                "held_bytes": self.bytes_received - self.freed,
+                "done_ids": len(self._done), "psns_above": len(self._above)}

@@ -21,10 +21,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from wire.constants import INITIAL_CREDIT
 from wire.packets import Sack
 
 #: How far a SACK's bitmap reaches.
 _BITMAP_BITS = 64
+_U32 = 0xFFFFFFFF
 
 
 @dataclass(slots=True, eq=False)
@@ -110,7 +112,13 @@ class Sender:
         self._ev_acked_seq: dict[int, int] = {}
         self.rto_backoff = 0
         self.consecutive_rtos = 0
+        #: When the last acknowledgement arrived, or when data went out into an
+        #: empty pipeline: "no progress" counts only time with something outstanding.
         self.last_progress = 0.0
+        #: Receive credit: bytes of new data ever sent stay below the largest
+        #: credit edge the receiver granted (wire/SPEC.md "Receive credit").
+        self.credit_edge = INITIAL_CREDIT
+        self.new_bytes_sent = 0
         self.ev_rtt: dict[int, float] = {}
         # Payload views kept per PSN until acked, so retransmissions can re-read them.
         self._payloads: dict[int, memoryview] = {}
@@ -150,6 +158,32 @@ class Sender:
         return bool(self._outbound or self.retx_queue or self.inflight)
 
     @property
+    def has_outstanding(self) -> bool:
+        """Sent and not acknowledged (in flight, or lost and not yet resent)?
+        Only then can the absence of acknowledgements mean a dead peer."""
+        return bool(self.inflight or self.retx_queue)
+
+    @property
+    def credit_blocked(self) -> bool:
+        """New data waits for the receiver to grant credit."""
+        if not self._outbound:
+            return False
+        ob = self._outbound[0]
+        n = min(self.payload_size, len(ob.data) - ob.next_offset)
+        return self.new_bytes_sent + n > self.credit_edge
+
+    def on_credit(self, edge: int) -> bool:
+        """A SACK's credit edge (low 32 bits); True if it granted more.
+
+        The edge only moves forward (serial-number arithmetic), so a SACK
+        overtaken by a newer one cannot take credit back or grant it twice."""
+        d = (edge - self.credit_edge) & _U32
+        if 0 < d < 1 << 31:
+            self.credit_edge += d
+            return True
+        return False
+
+    @property
     def psn_window_open(self) -> bool:
         return self.next_psn - self.cum_acked < self.psn_window
 
@@ -167,6 +201,9 @@ class Sender:
         total = len(ob.data)
         off = ob.next_offset
         n = min(self.payload_size, total - off)
+        if self.new_bytes_sent + n > self.credit_edge:
+            return None  # the receiver has no room for it yet
+        self.new_bytes_sent += n
         end = off + n
         p = SentPacket(self.next_psn, ob.msg_id, off, n, total, end >= total)
         self.next_psn += 1
@@ -183,6 +220,9 @@ class Sender:
     def on_sent(self, p: SentPacket, *, ev: Any, ev_key: int, now: float, timestamp: int) -> None:
         if p.transmissions:
             self.retransmissions += 1
+        elif not self.inflight and not self.retx_queue:
+            # New data into an empty pipeline: an idle stretch is not a silence.
+            self.last_progress = now
         self.bytes_in_flight += p.length
         p.ev = ev
         p.sent_time = now

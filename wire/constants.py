@@ -26,6 +26,9 @@ MAX_HEADER_WORDS: Final = 64
 HEADER_WORDS_OFFSET: Final = 3
 #: The per-packet counter is 48 bits; a connection fails before it wraps.
 COUNTER_MAX: Final = (1 << 48) - 1
+#: Receive credit (bytes of new DATA payload) a sender may use before it has
+#: heard any SACK; every receiver grants at least this much (SPEC "Receive credit").
+INITIAL_CREDIT: Final = 1 << 20
 
 
 class PacketType(enum.IntEnum):
