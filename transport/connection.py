@@ -189,7 +189,7 @@ class Connection:
         return self.state in TERMINAL
 
     def _fail(self, event: ConnEvent, reason: str, *, tell_peer: bool, now: float,
-              code: CloseReason = CloseReason.RETRY_BUDGET) -> None:
+              code: CloseReason = CloseReason.RETRY_BUDGET, peer_forgot: bool = False) -> None:
         if self.is_terminal:
             return
         if tell_peer and self._sealer is not None:
@@ -200,7 +200,7 @@ class Connection:
         self.state = ConnState.FAILED
         self.failure_reason = reason
         self.receiver.discard()
-        self._events.append(ConnectionFailed(reason))
+        self._events.append(ConnectionFailed(reason, peer_forgot))
 
     # -- API ---------------------------------------------------------------------
 
@@ -235,6 +235,23 @@ class Connection:
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
+
+    #: How many of our latest packets an UNKNOWN_CONN may echo.
+    UNKNOWN_ECHO_SPAN = 1 << 16
+
+    def on_unknown_conn(self, echo_counter: int, now: float) -> bool:
+        """An authenticated UNKNOWN_CONN names our peer's id: accept it only if
+        it echoes a counter we sealed recently (an old recording is useless)."""
+        sealer = self._sealer
+        if sealer is None or self.is_terminal or self.state is ConnState.HANDSHAKING:
+            return False
+        if not sealer.counter - self.UNKNOWN_ECHO_SPAN <= echo_counter < sealer.counter:
+            self._drop("stale_unknown_conn")
+            return False
+        self._now = now
+        self._fail(ConnEvent.RESET_RECEIVED, "peer does not know this connection "
+                   "(it restarted or forgot it)", tell_peer=False, now=now, peer_forgot=True)
+        return True
 
     # -- paths -------------------------------------------------------------------
 
@@ -307,8 +324,8 @@ class Connection:
             else:
                 self._drop("unexpected_init")
             return
-        assert isinstance(body, Accept)
-        if not self.initiator or body.echo_nonce != self._nonce:
+        if not isinstance(body, Accept) or not self.initiator \
+                or body.echo_nonce != self._nonce:
             self._drop("unexpected_accept")
             return
         if self.state is not ConnState.HANDSHAKING:

@@ -26,14 +26,17 @@ from transport.connection import Connection
 from transport.datagram import RxInfo, TxPath
 from transport.events import ConnectionClosed, ConnectionFailed, Event
 from wire.codec import HandshakeCodec, peek_untrusted
-from wire.constants import PacketType
+from wire.constants import Dscp, PacketType
 from wire.errors import WireError
-from wire.packets import Init
+from wire.packets import CommonHeader, Init, UnknownConn
 
 PeerKey = Hashable
 #: INIT nonces remembered after their connection is gone, so a late duplicate
 #: INIT does not open a second connection.
 _NONCE_MEMORY = 4096
+#: Packet types a host answers with UNKNOWN_CONN when it lacks their connection.
+_ANSWER_UNKNOWN = frozenset({PacketType.DATA, PacketType.SACK, PacketType.NACK,
+                             PacketType.PROBE, PacketType.PROBE_ACK, PacketType.CLOSE})
 
 
 class Endpoint:
@@ -46,7 +49,8 @@ class Endpoint:
 
     def __init__(self, *, config: ConnectionConfig, secret: bytes | None,
                  accept: bool = True, max_connections: int = 1024,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, unknown_rate: float = 200.0,
+                 unknown_burst: int = 20) -> None:
         self.config = config
         self.secret = secret
         self.accepting = accept
@@ -60,6 +64,14 @@ class Endpoint:
         self.drops: dict[str, int] = {}
         self.accepted = 0
         self.initiated = 0
+        # UNKNOWN_CONN answers: a token bucket, so a flood of packets for
+        # unknown ids cannot make us a reflector; no state per source.
+        self.unknown_rate = unknown_rate
+        self.unknown_burst = unknown_burst
+        self._unknown_tokens = float(unknown_burst)
+        self._unknown_t: float | None = None
+        self._stateless: list[tuple[PeerKey, bytes, TxPath]] = []
+        self.unknown_answered = 0
 
     # -- bookkeeping -------------------------------------------------------------
 
@@ -108,9 +120,12 @@ class Endpoint:
             return None
         if h.ptype is PacketType.INIT:
             return self._on_init(data, rx, now, peer)
+        if h.ptype is PacketType.UNKNOWN_CONN:
+            return self._on_unknown_conn(data, h, now)
         conn = self.connections.get(h.dcid)
         if conn is None:
             self._drop("unknown_cid")
+            self._answer_unknown(h, rx, now, peer)
             return None
         conn.receive_datagram(data, rx, now, h)
         self._collect(conn)
@@ -159,6 +174,39 @@ class Endpoint:
         self._collect(conn)
         return conn
 
+    def _answer_unknown(self, h: CommonHeader, rx: RxInfo, now: float, peer: PeerKey) -> None:
+        """Tell the sender we do not know its connection (we restarted, or
+        expired it): it learns in one RTT instead of after its retry budget."""
+        if h.ptype not in _ANSWER_UNKNOWN or h.dcid == 0:
+            return
+        if self._unknown_t is not None:
+            self._unknown_tokens = min(float(self.unknown_burst), self._unknown_tokens
+                                       + (now - self._unknown_t) * self.unknown_rate)
+        self._unknown_t = now
+        if self._unknown_tokens < 1.0:
+            self._drop("unknown_conn_rate_limited")
+            return
+        self._unknown_tokens -= 1.0
+        pkt = self._hs.seal(UnknownConn(h.dcid, h.counter), dcid=0)
+        plane = rx.plane if 0 <= rx.plane < self.config.planes else 0
+        self._stateless.append((peer, pkt, TxPath(plane, 0, Dscp.CONTROL)))
+        self.unknown_answered += 1
+
+    def _on_unknown_conn(self, data: bytes, h: CommonHeader, now: float) -> Connection | None:
+        try:
+            pkt = self._hs.open_untrusted(data, h)
+        except WireError as exc:
+            self._drop(exc.reason)
+            return None
+        body = pkt.body
+        assert isinstance(body, UnknownConn)
+        for conn in self.connections.values():
+            if conn.remote_cid == body.cid and conn.on_unknown_conn(body.echo_counter, now):
+                self._collect(conn)
+                return conn
+        self._drop("unknown_conn_unmatched")
+        return None
+
     # -- timers and output ---------------------------------------------------------
 
     def next_timer(self) -> float | None:
@@ -178,7 +226,7 @@ class Endpoint:
                 self._collect(conn)
 
     def datagrams_to_send(self, now: float) -> list[tuple[PeerKey, bytes, TxPath]]:
-        out: list[tuple[PeerKey, bytes, TxPath]] = []
+        out, self._stateless = self._stateless, []
         for cid, conn in self.connections.items():
             batch = conn.datagrams_to_send(now)
             if batch:
@@ -214,6 +262,7 @@ class Endpoint:
             "connections": len(self.connections),
             "accepted": self.accepted,
             "initiated": self.initiated,
+            "unknown_conn_sent": self.unknown_answered,
             "drops": dict(self.drops),
         }
 

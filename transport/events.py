@@ -44,9 +44,14 @@ class ConnectionClosed:
 
 @dataclass(frozen=True, slots=True)
 class ConnectionFailed:
-    """The connection is gone and undelivered data with it; ``reason`` says why."""
+    """The connection is gone and undelivered data with it; ``reason`` says why.
+
+    ``peer_forgot``: the peer answered UNKNOWN_CONN (it restarted or expired
+    the connection); reconnecting and re-sending what was not acknowledged is
+    safe and what the daemon does."""
 
     reason: str
+    peer_forgot: bool = False
 
 
 Event = (

@@ -28,6 +28,7 @@ from wire.packets import (
     ProbeAck,
     Reset,
     Sack,
+    UnknownConn,
 )
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "Reset",
     "Sack",
     "Sealer",
+    "UnknownConn",
     "WireError",
     "derive_connection_keys",
     "peek_untrusted",

@@ -50,6 +50,7 @@ from wire.packets import (
     Data,
     Init,
     Nack,
+    UnknownConn,
     pack_body,
     unpack_body,
 )
@@ -69,7 +70,9 @@ _NOT_PLAINTEXT: Final = ~_PLAINTEXT
 _ZERO_TAG: Final = bytes(HEADER_TAG_LEN)
 _DATA_WORDS: Final = HEADER_WORDS[PacketType.DATA]
 _TYPES: Final = {int(t): t for t in PacketType}
-_HANDSHAKE_TYPES: Final = frozenset({PacketType.INIT, PacketType.ACCEPT})
+#: Types sealed under the cluster handshake key, outside any connection.
+_HANDSHAKE_TYPES: Final = frozenset({PacketType.INIT, PacketType.ACCEPT,
+                                     PacketType.UNKNOWN_CONN})
 _NACK_REASONS: Final = frozenset(int(r) for r in NackReason)
 DEFAULT_REPLAY_WINDOW: Final = 8192
 _DATA: Final = PacketType.DATA
@@ -376,7 +379,8 @@ class Opener:
 
 
 class HandshakeCodec:
-    """INIT and ACCEPT under the cluster handshake key (HMAC-SHA256/128).
+    """INIT, ACCEPT and UNKNOWN_CONN under the cluster handshake key
+    (HMAC-SHA256/128): the packets a host sends without connection keys.
 
     ``secret=None`` is the insecure plaintext mode.
     """
@@ -394,10 +398,10 @@ class HandshakeCodec:
         assert self._key is not None
         return hmac.digest(self._key, header, hashlib.sha256)[:HEADER_TAG_LEN]
 
-    def seal(self, body: Init | Accept, *, dcid: int, flags: int = 0) -> bytes:
-        if len(body.nonce) != NONCE_LEN or (
+    def seal(self, body: Init | Accept | UnknownConn, *, dcid: int, flags: int = 0) -> bytes:
+        if not isinstance(body, UnknownConn) and (len(body.nonce) != NONCE_LEN or (
             isinstance(body, Accept) and len(body.echo_nonce) != NONCE_LEN
-        ):
+        )):
             raise ValueError("handshake nonces are 16 bytes")
         flags = (flags & ~_PLAINTEXT) | (_PLAINTEXT if self._key is None else 0)
         words = HEADER_WORDS[body.TYPE]

@@ -41,6 +41,9 @@ class PacketType(enum.IntEnum):
     PROBE_ACK = 7
     CLOSE = 8
     RESET = 9
+    #: "I do not know this connection": a restarted host's answer to a packet
+    #: of a connection it lost (authenticated with the handshake key).
+    UNKNOWN_CONN = 10
 
 
 class Flag(enum.IntFlag):

@@ -23,6 +23,7 @@ PROBE_BODY: Final = struct.Struct("!IIIIBBH")
 INIT_BODY: Final = struct.Struct("!I16sBBHHHI")
 ACCEPT_BODY: Final = struct.Struct("!I16s16sBBHHHI")
 CLOSE_BODY: Final = struct.Struct("!HHI")
+UNKNOWN_BODY: Final = struct.Struct("!IHHI")
 
 U32_MAX: Final = 0xFFFF_FFFF
 
@@ -173,7 +174,20 @@ class Reset:
     TYPE = PacketType.RESET
 
 
-Body = Data | Sack | Nack | Probe | ProbeAck | Init | Accept | Close | Reset
+@dataclass(slots=True)
+class UnknownConn:
+    """A host's answer to a packet for a connection id it does not have (it
+    restarted, or forgot an idle connection). ``cid`` is the unknown id (the
+    triggering packet's destination), ``echo_counter`` that packet's counter,
+    so only a fresh packet of the named connection can provoke it."""
+
+    cid: int
+    echo_counter: int
+
+    TYPE = PacketType.UNKNOWN_CONN
+
+
+Body = Data | Sack | Nack | Probe | ProbeAck | Init | Accept | Close | Reset | UnknownConn
 
 #: Body struct per type; header words follow from it.
 BODY_STRUCT: Final[dict[PacketType, struct.Struct]] = {
@@ -186,6 +200,7 @@ BODY_STRUCT: Final[dict[PacketType, struct.Struct]] = {
     PacketType.ACCEPT: ACCEPT_BODY,
     PacketType.CLOSE: CLOSE_BODY,
     PacketType.RESET: CLOSE_BODY,
+    PacketType.UNKNOWN_CONN: UNKNOWN_BODY,
 }
 
 #: v1 header length in 4-byte words (common + body, tag excluded) per type.
@@ -226,6 +241,9 @@ def pack_body(body: Body) -> bytes:
             body.src_cid, body.nonce, body.echo_nonce, body.planes, 0, body.evs, body.mtu, 0,
             body.timestamp,
         )
+    if isinstance(body, UnknownConn):
+        c = body.echo_counter
+        return UNKNOWN_BODY.pack(body.cid, 0, (c >> 32) & 0xFFFF, c & 0xFFFFFFFF)
     return CLOSE_BODY.pack(body.reason, 0, body.final_psn)
 
 
@@ -254,6 +272,9 @@ def unpack_body(ptype: PacketType, buf: bytes | memoryview, offset: int) -> Body
     if ptype is PacketType.ACCEPT:
         cid, nonce, echo, planes, _r, evs, mtu, _r2, ts = ACCEPT_BODY.unpack_from(buf, offset)
         return Accept(cid, nonce, echo, planes, evs, mtu, ts)
+    if ptype is PacketType.UNKNOWN_CONN:
+        cid, _r, hi, lo = UNKNOWN_BODY.unpack_from(buf, offset)
+        return UnknownConn(cid, (hi << 32) | lo)
     reason, _r, final_psn = CLOSE_BODY.unpack_from(buf, offset)
     if ptype is PacketType.CLOSE:
         return Close(reason, final_psn)

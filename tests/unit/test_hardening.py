@@ -340,3 +340,59 @@ def test_config_rejects_a_message_larger_than_the_receive_window() -> None:
         assert "max_message_size" in str(exc)
     else:
         raise AssertionError("accepted")
+
+
+# -- defect 8: a restarted peer says "I do not know this connection" -------------------
+
+
+def test_restarted_peer_is_noticed_within_a_few_rtts() -> None:
+    _, _, d = endpoints()
+    conn, _ = established(d)
+    conn.send_message(b"before")
+    assert d.run_until(d.now + 1.0, lambda: bool(d.of("a", MessageAcked)))
+    d.replace("b", Endpoint(config=CFG, secret=SECRET, rng=random.Random(7)))  # restart
+    t0 = d.now
+    conn.send_message(b"after the restart")
+    assert d.run_until(d.now + 5.0, lambda: conn.is_terminal)
+    rtt = 2 * d.delay
+    assert d.now - t0 < 5 * rtt, d.now - t0  # old code: idle_fail_timeout (2 s) or more
+    (fail,) = d.of("a", ConnectionFailed)
+    assert fail.peer_forgot and "does not know" in fail.reason  # type: ignore[attr-defined]
+    assert d.ep["b"].unknown_answered >= 1
+
+
+def test_unknown_conn_cannot_be_forged_or_replayed() -> None:
+    from wire.codec import HandshakeCodec
+    from wire.packets import UnknownConn
+    _, _, d = endpoints()
+    conn, resp = established(d)
+    a = d.ep["a"]
+    assert conn._sealer is not None
+    counter = conn._sealer.counter - 1
+    # Off-path: no cluster key, so no valid tag.
+    forged = HandshakeCodec(bytes(32)).seal(UnknownConn(resp.local_cid, counter), dcid=0)
+    a.receive_datagram(forged, RxInfo(0), d.now, "b")
+    # A recording naming a counter this connection never sent (or long ago).
+    hs = HandshakeCodec(SECRET)
+    a.receive_datagram(hs.seal(UnknownConn(resp.local_cid, counter + 10), dcid=0),
+                       RxInfo(0), d.now, "b")
+    a.receive_datagram(hs.seal(UnknownConn(resp.local_cid + 1, counter), dcid=0),
+                       RxInfo(0), d.now, "b")
+    assert not conn.is_terminal
+    assert a.drops.get("tag") == 1 and a.drops.get("unknown_conn_unmatched") == 2
+    assert conn.dropped.get("stale_unknown_conn") == 1
+
+
+def test_unknown_conn_answers_are_rate_limited() -> None:
+    _, _, d = endpoints()
+    conn, _ = established(d)
+    assert conn._sealer is not None
+    b = Endpoint(config=CFG, secret=SECRET, rng=random.Random(7), unknown_rate=100,
+                 unknown_burst=10)
+    for i in range(1000):  # 1000 packets of a forgotten connection within 10 ms
+        dg = _forge(conn, psn=i, msg_id=1, off=0, msg_len=1, payload=b"x")
+        b.receive_datagram(dg, RxInfo(0), i * 1e-5, "a")
+    out = b.datagrams_to_send(0.01)
+    assert 10 <= len(out) <= 12, len(out)
+    assert b.drops["unknown_conn_rate_limited"] == 1000 - len(out)
+    assert not b.connections

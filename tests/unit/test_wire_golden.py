@@ -31,6 +31,8 @@ from wire import (
     Reset,
     Sack,
     Sealer,
+    UnknownConn,
+    WireError,
     derive_connection_keys,
     peek_untrusted,
     trim_point,
@@ -80,6 +82,11 @@ ACCEPT = Accept(
 )
 
 
+#: The responder restarted and no longer knows its id 0x22222222; it echoes
+#: the counter of the DATA packet above.
+UNKNOWN = UnknownConn(cid=R_CID, echo_counter=COUNTER)
+
+
 def _keys():  # type: ignore[no-untyped-def]
     return derive_connection_keys(
         SECRET, initiator_nonce=I_NONCE, responder_nonce=R_NONCE,
@@ -108,6 +115,7 @@ def golden_packets() -> dict[str, bytes]:
     out["DATA_TRIMMED"] = out["DATA"][:cut]
     out["DATA_PLAINTEXT"] = _seal(DATA, DATA_FLAGS, plaintext=True)
     out["INIT_PLAINTEXT"] = HandshakeCodec(None).seal(INIT, dcid=0)
+    out["UNKNOWN_CONN"] = hs.seal(UNKNOWN, dcid=0)
     return out
 
 
@@ -183,6 +191,10 @@ EXPECTED: dict[str, str] = {
         "0101800c0000000000000000000000001111111100112233445566778899aabb"
         "ccddeeff0400008010000000000003e800000000000000000000000000000000"
     ),
+    "UNKNOWN_CONN": (
+        "010a0007000000000000000000000000222222220000000100000002fa8734ee"
+        "c521f6d1a230736f7e885fdb"
+    ),
 }
 
 
@@ -243,6 +255,16 @@ def test_golden_handshake_decodes() -> None:
     assert hs.open_untrusted(g["INIT"]).body == INIT
     assert hs.open_untrusted(g["ACCEPT"]).body == ACCEPT
     assert peek_untrusted(g["ACCEPT"]).dcid == I_CID
+    assert hs.open_untrusted(g["UNKNOWN_CONN"]).body == UNKNOWN
+    # Only the handshake codec opens it: it is no connection's packet.
+    _, recv = _keys().for_responder()
+    with pytest.raises(WireError) as exc:
+        Opener(recv).open_untrusted(g["UNKNOWN_CONN"])
+    assert exc.value.reason == "type"
+    # Without the cluster key it cannot be made: another key's tag fails.
+    with pytest.raises(WireError) as exc:
+        HandshakeCodec(bytes(32)).open_untrusted(g["UNKNOWN_CONN"])
+    assert exc.value.reason == "tag"
 
 
 if __name__ == "__main__":
