@@ -22,7 +22,7 @@ import time
 import tomllib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -289,6 +289,8 @@ class _Pending:
     writer: asyncio.StreamWriter
     req_id: object
     size: int
+    #: Kept until acknowledged: re-sent on a new connection if the peer restarts.
+    data: bytes = b""
 
 
 @dataclass
@@ -299,6 +301,7 @@ class _Peer:
     pending: dict[int, _Pending] = field(default_factory=dict)
     unacked: int = 0
     window: asyncio.Event = field(default_factory=asyncio.Event)
+    reconnects: int = 0
 
 
 class Daemon:
@@ -308,7 +311,13 @@ class Daemon:
         self.secret = secret
         self.log = log or Log()
         self.qlog = qlog
-        self.endpoint = Endpoint(config=cfg.connection, secret=secret)
+        # Back-pressure instead of inbox drops: a delivered message keeps its
+        # connection's credit until a client took it from the inbox, so each
+        # connection holds at most recv_window bytes here (recv_buffer caps it).
+        window = max(1 << 20, min(cfg.connection.recv_window, cfg.recv_buffer, (1 << 31) - 1))
+        conn_cfg = replace(cfg.connection, hold_delivered=True, recv_window=window,
+                           max_message_size=min(cfg.connection.max_message_size, window))
+        self.endpoint = Endpoint(config=conn_cfg, secret=secret)
         table = PeerTable(len(cfg.planes), [a.port for a in cfg.planes])
         for name, addrs in cfg.peers.items():
             table.add(name, addrs)
@@ -318,6 +327,9 @@ class Daemon:
             self.io.tap = QlogTap(qlog)
         self.peers = {name: _Peer(name) for name in cfg.peers}
         self.inbox: deque[tuple[str, int, bytes]] = deque()
+        #: (peer, msg_id) -> connections that delivered it, oldest first: whose
+        #: credit comes back when the message leaves the inbox (``_release``).
+        self._inbox_owner: dict[tuple[str, int], deque[Connection]] = {}
         self.inbox_bytes = 0
         self.inbox_dropped = 0
         self._inbox_ready = asyncio.Event()
@@ -456,13 +468,10 @@ class Daemon:
         elif isinstance(ev, MessageDelivered):
             self.messages_delivered += 1
             self.bytes_delivered += len(ev.data)
+            # Never dropped: the connection's credit bounds what can pile up.
             self.inbox.append((name, ev.msg_id, ev.data))
+            self._inbox_owner.setdefault((name, ev.msg_id), deque()).append(conn)
             self.inbox_bytes += len(ev.data)
-            while self.inbox_bytes > self.cfg.recv_buffer and len(self.inbox) > 1:
-                _, mid, d = self.inbox.popleft()
-                self.inbox_bytes -= len(d)
-                self.inbox_dropped += 1
-                self.log("warning", "inbox_overflow", dropped_msg_id=mid, bytes=len(d))
             self._inbox_ready.set()
         elif isinstance(ev, ConnectionEstablished):
             role = "initiator" if conn.initiator else "responder"
@@ -471,6 +480,9 @@ class Daemon:
                      remote_cid=ev.remote_cid)
             if p is not None and p.conn is conn and p.ready is not None and not p.ready.done():
                 p.ready.set_result(conn)
+        elif isinstance(ev, ConnectionFailed) and ev.peer_forgot and p is not None \
+                and p.conn is conn and not self.stopping:
+            self._reconnect(p, conn, ev.reason)
         elif isinstance(ev, ConnectionFailed):
             reason = ev.reason
             if reason.startswith("peer unreachable"):
@@ -489,6 +501,37 @@ class Daemon:
                                 ev=ev.ev, old=ev.old, new=ev.new, cause="")
             self.log("debug", "ev_state", peer=name, plane=ev.plane, ev=ev.ev, old=ev.old,
                      new=ev.new)
+
+    def _release(self, peer: str, msg_id: int, data: bytes) -> None:
+        """A message left the inbox for good: its connection gets the credit back."""
+        owners = self._inbox_owner.get((peer, msg_id))
+        if not owners:
+            return
+        conn = owners.popleft()
+        if not owners:
+            del self._inbox_owner[(peer, msg_id)]
+        if not conn.is_terminal:
+            conn.consume(len(data), self.io.now())
+            self.io.kick()
+
+    def _reconnect(self, p: _Peer, old: Connection, why: str) -> None:
+        """The peer lost our connection (it restarted): open a new one and
+        re-send, in order, every message it had not acknowledged. What it had
+        delivered but not yet acknowledged arrives twice: at-least-once across
+        a restart (docs/daemon.md "Delivery semantics")."""
+        items = list(p.pending.values())
+        p.pending.clear()
+        p.reconnects += 1
+        self.log("warning", "peer_restarted", peer=p.name, cid=old.local_cid, reason=why,
+                 resending=len(items), bytes=sum(i.size for i in items))
+        loop = asyncio.get_running_loop()
+        p.ready = loop.create_future()
+        # Nobody may be waiting on it; retrieve a failure so it is not reported.
+        p.ready.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        p.conn = conn = self.io.connect(p.name)
+        self.log("info", "connecting", peer=p.name, cid=conn.local_cid, after="peer_restarted")
+        for pend in items:
+            p.pending[conn.send_message(pend.data)] = pend
 
     def _end(self, p: _Peer | None, conn: Connection, reason: str) -> None:
         if p is None or p.conn is not conn:
@@ -594,7 +637,7 @@ class Daemon:
                 msg_id = conn.send_message(body)
             except (RuntimeError, ValueError) as exc:
                 return error(f"cannot send: {exc}")
-            p.pending[msg_id] = _Pending(writer, rid, len(body))
+            p.pending[msg_id] = _Pending(writer, rid, len(body), body)
             p.unacked += len(body)
             self.io.kick()
             control.write(writer, {"event": "queued", "id": rid, "msg_id": msg_id})
@@ -626,6 +669,7 @@ class Daemon:
                 continue
             peer, mid, data = self.inbox.popleft()
             self.inbox_bytes -= len(data)
+            self._release(peer, mid, data)
             control.write(writer, {"event": "message", "peer": peer, "msg_id": mid}, data)
             await writer.drain()
 
