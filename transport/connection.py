@@ -385,7 +385,25 @@ class Connection:
             self._control.append((self._sealer.seal(due.sack, flags=flags),
                                   self._ctl_path(due.plane)))
 
+    def _sack_beyond_sent(self, sack: Sack) -> bool:
+        """Does the SACK acknowledge a PSN we never sent? Only a lying or broken
+        peer says so (serial arithmetic: an old duplicate is not "beyond")."""
+        nxt = self.sender.next_psn
+
+        def beyond(psn: int, first: int) -> bool:
+            return ((psn - first) & 0xFFFFFFFF) < 1 << 31
+
+        top = sack.bitmap_base + sack.bitmap.bit_length() - 1
+        return beyond(sack.cum_psn, nxt + 1) or beyond(sack.ack_psn, nxt) or (
+            sack.bitmap != 0 and beyond(top, nxt))
+
     def _on_sack(self, sack: Sack, flags: int, now: float) -> None:
+        if self._sack_beyond_sent(sack):
+            self._drop("sack_beyond_sent")
+            self._fail(ConnEvent.RETRY_BUDGET_SPENT, "protocol error by peer: SACK for "
+                       f"PSNs never sent (next PSN {self.sender.next_psn})",
+                       tell_peer=True, now=now, code=CloseReason.PROTOCOL_ERROR)
+            return
         res = self.sender.on_sack(sack, now=now, now_us=_us(now))
         self._persist_tries = 0  # the peer answers
         if self.sender.on_credit(sack.rwnd):
