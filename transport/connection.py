@@ -35,7 +35,7 @@ from transport.sender import Sender, SentPacket
 from wire.codec import HandshakeCodec, Opener, Packet, Sealer, peek_untrusted
 from wire.constants import CloseReason, Dscp, Flag, NackReason, PacketType
 from wire.errors import WireError
-from wire.keys import derive_connection_keys, new_nonce
+from wire.keys import DirectionKeys, derive_connection_keys, new_nonce
 from wire.packets import (
     Accept,
     Close,
@@ -87,6 +87,9 @@ class Connection:
         self._peer_nonce = b""
         self._sealer: Sealer | None = None
         self._opener: Opener | None = None
+        # A responder builds its opener (and its 8192-slot replay window) only
+        # when the first connection packet arrives: a replayed INIT costs less.
+        self._opener_keys: DirectionKeys | bool | None = False
         self._created = now
         self._now = now
         c = config
@@ -165,7 +168,7 @@ class Connection:
                       initiator_cid: int, responder_cid: int) -> None:
         if self._secret is None:
             self._sealer = Sealer(None, dcid=self.remote_cid)
-            self._opener = Opener(None)
+            self._opener_keys = None
             return
         keys = derive_connection_keys(
             self._secret, initiator_nonce=initiator_nonce, responder_nonce=responder_nonce,
@@ -173,7 +176,7 @@ class Connection:
         )
         send, recv = keys.for_initiator() if self.initiator else keys.for_responder()
         self._sealer = Sealer(send, dcid=self.remote_cid)
-        self._opener = Opener(recv)
+        self._opener_keys = recv
 
     # -- state -------------------------------------------------------------------
 
@@ -284,8 +287,11 @@ class Connection:
                 self._on_handshake(self._hs.open_untrusted(data, h), rx, now)
                 return
             if self._opener is None:
-                self._drop("no_keys")
-                return
+                if self._opener_keys is False:
+                    self._drop("no_keys")
+                    return
+                assert not isinstance(self._opener_keys, bool)
+                self._opener = Opener(self._opener_keys)
             pkt = self._opener.open_untrusted(data, h)
         except WireError as exc:
             self._drop(exc.reason)

@@ -138,6 +138,11 @@ class Receiver:
             raise SliceError("slice_shape", f"slice {off}+{n} of message {mid} ({mlen} bytes) "
                              f"is not a {size}-byte segment")
         asm = self._assembly.get(mid)
+        if asm is None and len(self._assembly) >= self.max_partial:
+            # Each incomplete message of an honest sender holds more than one
+            # slice of credit, so it never has this many; a hostile one would
+            # make us keep ~0.5 KiB of bookkeeping per 1-byte slice.
+            raise SliceError("too_many_partial", f"{len(self._assembly)} incomplete messages")
         if asm is not None:
             if asm.msg_len != mlen:
                 raise SliceError("message_length",
@@ -211,6 +216,11 @@ class Receiver:
         self.freed += max(0, min(nbytes, held_delivered))
         return self._adv_room < self.recv_window // 2 and self._last is not None \
             and self.room >= self.recv_window // 2
+
+    @property
+    def max_partial(self) -> int:
+        """Incomplete messages held at once (see ``_check_slice``)."""
+        return max(1, self.recv_window // self.slice_size)
 
     @property
     def room(self) -> int:

@@ -197,10 +197,13 @@ def test_slice_beyond_the_granted_credit_is_not_acknowledged() -> None:
     size = CFG.payload_size
     window = CFG.recv_window
     # A sender ignoring credit: more new bytes than the receiver granted
-    # (first halves of messages, so nothing completes and frees credit).
+    # (two large messages, never completed, so nothing frees credit).
     n = window // size + 2
+    mlen = (window // size // 2 + 8) * size
+    per_msg = mlen // size
     for i in range(n):
-        b.receive_datagram(_forge(conn, psn=i, msg_id=i + 1, off=0, msg_len=2 * size,
+        mid, k = divmod(i, per_msg - 1)  # each lacks its last slice
+        b.receive_datagram(_forge(conn, psn=i, msg_id=mid + 1, off=k * size, msg_len=mlen,
                                   payload=b"q" * size), RxInfo(0), d.now, "a")
     assert resp.receiver.no_buffer == 2
     assert resp.receiver.state_size["held_bytes"] <= window
@@ -396,3 +399,19 @@ def test_unknown_conn_answers_are_rate_limited() -> None:
     assert 10 <= len(out) <= 12, len(out)
     assert b.drops["unknown_conn_rate_limited"] == 1000 - len(out)
     assert not b.connections
+
+
+def test_many_tiny_incomplete_messages_are_a_protocol_error() -> None:
+    cfg = replace(CFG, recv_window=1 << 20, max_message_size=1 << 20)
+    _, _, d = endpoints(cfg)
+    conn, resp = established(d)
+    b = d.ep["b"]
+    size = cfg.payload_size
+    limit = resp.receiver.max_partial
+    # 1-byte tails of 2-slice messages: next to no credit, ~0.5 KiB of
+    # bookkeeping each. An honest sender cannot have this many incomplete.
+    for i in range(limit + 1):
+        b.receive_datagram(_forge(conn, psn=i, msg_id=i + 1, off=size, msg_len=size + 1,
+                                  payload=b"t"), RxInfo(0), d.now, "a")
+    assert resp.dropped.get("too_many_partial") == 1 and resp.is_terminal
+    assert resp.receiver.state_size["partial_messages"] == 0
