@@ -285,6 +285,21 @@ class BraidReset(_CloseBase):
     name = "Braid RESET"
 
 
+class BraidUnknownConn(Packet):
+    name = "Braid UNKNOWN_CONN"
+    fields_desc = [
+        XIntField("unknown_cid", 0),
+        ShortField("reserved", 0),
+        BitField("echo_counter", 0, 48),
+        *_tail(PacketType.UNKNOWN_CONN),
+    ]
+
+    def mysummary(self) -> str:
+        return _prefix(self) + self.sprintf(
+            "unknown_cid=%BraidUnknownConn.unknown_cid% "
+            "echo_counter=%BraidUnknownConn.echo_counter%")
+
+
 BODY_LAYERS: dict[PacketType, type[Packet]] = {
     PacketType.DATA: BraidData,
     PacketType.SACK: BraidSack,
@@ -295,6 +310,7 @@ BODY_LAYERS: dict[PacketType, type[Packet]] = {
     PacketType.ACCEPT: BraidAccept,
     PacketType.CLOSE: BraidClose,
     PacketType.RESET: BraidReset,
+    PacketType.UNKNOWN_CONN: BraidUnknownConn,
 }
 
 for _ptype, _layer in BODY_LAYERS.items():

@@ -19,11 +19,11 @@ local PAYLOAD_TAG_LEN = 16
 
 local types = {
     [1] = "INIT", [2] = "ACCEPT", [3] = "DATA", [4] = "SACK", [5] = "NACK",
-    [6] = "PROBE", [7] = "PROBE_ACK", [8] = "CLOSE", [9] = "RESET",
+    [6] = "PROBE", [7] = "PROBE_ACK", [8] = "CLOSE", [9] = "RESET", [10] = "UNKNOWN_CONN",
 }
 -- v1 header length in words (common header + body, tag excluded) per type
 local header_words = { [1] = 12, [2] = 16, [3] = 13, [4] = 13, [5] = 9, [6] = 9, [7] = 9,
-                       [8] = 6, [9] = 6 }
+                       [8] = 6, [9] = 6, [10] = 7 }
 local nack_reasons = {
     [1] = "TRIMMED", [2] = "TRIMMED_LAST_HOP", [3] = "OUT_OF_WINDOW", [4] = "NO_BUFFER",
     [5] = "NO_RESOURCE", [6] = "NO_BITMAP", [7] = "CLOSING", [8] = "UNEXPECTED",
@@ -75,6 +75,8 @@ f.evs = ProtoField.uint16("braid.evs", "EVs")
 f.mtu = ProtoField.uint16("braid.mtu", "MTU")
 f.close_reason = ProtoField.uint16("braid.close_reason", "Close reason", base.DEC, close_reasons)
 f.final_psn = ProtoField.uint32("braid.final_psn", "Final PSN")
+f.unknown_cid = ProtoField.uint32("braid.unknown_cid", "Unknown connection id", base.HEX)
+f.echo_counter = ProtoField.uint64("braid.echo_counter", "Echoed counter")
 f.ext = ProtoField.bytes("braid.ext", "Header extension")
 f.tag = ProtoField.bytes("braid.tag", "Header tag")
 f.payload = ProtoField.bytes("braid.payload", "Payload")
@@ -178,6 +180,14 @@ local function close(tvb, t)  -- CLOSE and RESET
 end
 body[8] = close
 body[9] = close
+
+body[10] = function(tvb, t)  -- UNKNOWN_CONN: a restarted host lost this connection
+    local o = 16
+    t:add(f.unknown_cid, tvb(o, 4)); t:add(f.reserved, tvb(o + 4, 2))
+    t:add(f.echo_counter, tvb(o + 6, 6))
+    return string.format("unknown_cid=0x%x echo_counter=%s", tvb(o, 4):uint(),
+        tostring(tvb(o + 6, 6):uint64()))
+end
 
 function braid.dissector(tvb, pinfo, tree)
     local n = tvb:len()
