@@ -252,6 +252,12 @@ class Connection:
             self._drop("stale_unknown_conn")
             return False
         self._now = now
+        if self.state is ConnState.CLOSING:
+            # Our CLOSE was answered and its state reaped; the answer was lost.
+            self._transition(ConnEvent.CLOSE_RECEIVED)
+            self._close_deadline = None
+            self._events.append(ConnectionClosed("closed (the peer had already forgotten it)"))
+            return True
         self._fail(ConnEvent.RESET_RECEIVED, "peer does not know this connection "
                    "(it restarted or forgot it)", tell_peer=False, now=now, peer_forgot=True)
         return True

@@ -415,3 +415,16 @@ def test_many_tiny_incomplete_messages_are_a_protocol_error() -> None:
                                   payload=b"t"), RxInfo(0), d.now, "a")
     assert resp.dropped.get("too_many_partial") == 1 and resp.is_terminal
     assert resp.receiver.state_size["partial_messages"] == 0
+
+
+def test_lost_close_answer_then_unknown_conn_closes_instead_of_failing() -> None:
+    _, _, d = endpoints()
+    conn, _ = established(d)
+    conn.close(d.now)
+    # b answers the CLOSE and forgets the connection; its answer is lost.
+    d.tamper = lambda direction, data: [] if direction == "ba" and \
+        peek_untrusted(data).ptype is PacketType.CLOSE else [data]
+    assert d.run_until(d.now + 10.0, lambda: conn.is_terminal)
+    assert not d.of("a", ConnectionFailed)
+    (closed,) = d.of("a", ConnectionClosed)
+    assert "forgotten" in closed.reason  # type: ignore[attr-defined]
