@@ -8,11 +8,13 @@ import asyncio
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
-from test_daemon import braid_cli, run, write_configs
+from test_daemon import Host, braid_cli, free_port, run, write_configs
 
 import braid
+from wire.keys import new_cluster_key, write_key_file
 
 #: Generous retry budgets: the receiver is down for as long as a Python
 #: process takes to start on a busy CI machine, and that must not fail the
@@ -94,3 +96,40 @@ def test_restarted_receiver_gets_every_unacknowledged_message(tmp_path: Path) ->
     log = a.log.read_text()
     assert "event=peer_restarted" in log and "resending=5" in log, log
     assert "connection_failed" not in log
+
+
+def test_one_plane_daemon_sends_close_on_sigterm(tmp_path: Path) -> None:
+    """Defect 4: with one plane, CLOSE went out on 'plane 1' and EndpointIO
+    raised IndexError mid-service, so the peer never heard the close."""
+    write_key_file(tmp_path / "cluster.key", new_cluster_key())
+    port = free_port("127.0.0.2")
+    hosts = []
+    for name, mine, peer, theirs in (("a", "127.0.0.2", "b", "127.0.0.3"),
+                                     ("b", "127.0.0.3", "a", "127.0.0.2")):
+        cfg = tmp_path / f"host-{name}.toml"
+        sock = tmp_path / f"{name}.sock"
+        cfg.write_text(f'name = "{name}"\nkey = "cluster.key"\nsocket = "{sock}"\n'
+                       f'planes = ["{mine}:{port}"]\n'
+                       f'[peers.{peer}]\nplanes = ["{theirs}:{port}"]\n')
+        hosts.append(Host(name, cfg, sock))
+    a, b = hosts
+    try:
+        a.start()
+        b.start()
+
+        async def main() -> None:
+            async with braid.connect(a.socket) as tx:
+                await tx.send("b", b"one plane")
+
+        run(main())
+        assert a.stop() == 0
+        assert b.log is not None
+        deadline = 50
+        while "closed by peer" not in b.log.read_text() and deadline:
+            time.sleep(0.1)
+            deadline -= 1
+    finally:
+        a.stop()
+        b.stop()
+    assert a.log is not None and "Traceback" not in a.log.read_text()
+    assert "closed by peer" in b.log.read_text(), b.log.read_text()
