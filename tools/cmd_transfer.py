@@ -8,6 +8,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import sys
 import time
 from pathlib import Path
@@ -79,14 +80,37 @@ def _socket(args: argparse.Namespace) -> str:
 
 
 def _run(coro: Any) -> Any:
+    """Run a client coroutine. Ctrl-C cancels it (so it leaves the daemon
+    cleanly: the daemon cancels what it had queued and not started), then
+    surfaces as one KeyboardInterrupt: the CLI prints one line, no asyncio noise."""
     from transport.aio import new_event_loop
 
     loop = new_event_loop()
+    task = loop.create_task(coro)
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
-        return loop.run_until_complete(coro)
+        return loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
     except BraidError as exc:
         raise UserError(str(exc)) from None
     finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        rest = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in rest:
+            t.cancel()
+        if rest:
+            loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 
 

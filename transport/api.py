@@ -11,6 +11,15 @@ peer and stops reading a client that exceeds it). Errors are ``BraidError``
 with the daemon's one-line reason (unknown peer, peer unreachable or key
 mismatch, shutting down, ...).
 
+Leaving (``close()``, the end of ``async with``) is bounded: what the daemon
+has not yet read is flushed for at most ``close_timeout`` seconds, then the
+connection is aborted. The daemon then cancels every message this client
+queued that has not started on the wire (one already started is finished);
+futures still pending are cancelled. Await the futures before leaving to be
+sure of delivery. ``recv`` acknowledges each message to the daemon as it
+returns it, so a message is never lost with a client that exits: what the
+daemon had written ahead to it goes to the next receiver.
+
 Also here: the small *transfer* header ``braid send`` puts in front of each
 message (``encode_chunk`` / ``decode_chunk``) so ``braid recv`` can place the
 bytes of a file and verify them (BLAKE2b-128 per chunk).
@@ -38,8 +47,9 @@ class BraidError(Exception):
 class Client:
     """One control connection to the daemon (use ``connect``)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, close_timeout: float = 2.0) -> None:
         self.path = path
+        self.close_timeout = close_timeout
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._rx_task: asyncio.Task[None] | None = None
@@ -48,6 +58,7 @@ class Client:
         self._recv: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self.on_ack: Callable[[int], None] | None = None
         self._closed_reason: str | None = None
+        self._closing = False
 
     async def _open_stream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         try:
@@ -67,11 +78,21 @@ class Client:
         return self
 
     async def close(self) -> None:
+        """Leave: bounded by ``close_timeout`` even if the daemon reads nothing."""
+        self._closing = True
         for w in (self._writer, self._recv[1] if self._recv else None):
-            if w is not None:
-                w.close()
+            if w is None:
+                continue
+            w.close()
+            closed = asyncio.ensure_future(w.wait_closed())
+            try:
+                await asyncio.wait_for(asyncio.shield(closed), self.close_timeout)
+            except TimeoutError:
+                w.transport.abort()  # the daemon is not reading: drop what is unsent
                 with contextlib.suppress(Exception):
-                    await w.wait_closed()
+                    await asyncio.wait_for(closed, 1.0)
+            except Exception:  # already broken: closed is closed
+                pass
         if self._rx_task is not None:
             self._rx_task.cancel()
             with contextlib.suppress(BaseException):
@@ -124,7 +145,11 @@ class Client:
             self._closed_reason = reason
             for first, final in self._waiting.values():
                 for f in (first, final):
-                    if f is not None and not f.done():
+                    if f is None or f.done():
+                        continue
+                    if self._closing:
+                        f.cancel()  # we left: nobody awaits these (no "never retrieved")
+                    else:
                         f.set_exception(BraidError(reason))
             self._waiting.clear()
 
@@ -189,6 +214,9 @@ class Client:
                 raise BraidError("daemon closed the receive stream")
             msg, body = item
             if msg.get("event") == "message" and body is not None:
+                seq = msg.get("seq")
+                if isinstance(seq, int):  # we have it: the daemon may forget it
+                    control.write(self._recv[1], {"cmd": "ack", "seq": seq})
                 return str(msg.get("peer")), body
             if msg.get("event") == "shutdown":
                 raise BraidError("daemon is shutting down")
