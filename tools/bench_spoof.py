@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -104,7 +105,7 @@ def run(sources: int, batch: int = 5000) -> dict[str, Any]:
         def flood(start: int, count: int) -> None:
             for off in range(start, start + count, batch):
                 n = min(batch, start + count - off)
-                nsutil.run_in(ns, lambda o=off, k=n: _send_batch(o, k, payload), timeout=120)
+                nsutil.run_in(ns, functools.partial(_send_batch, off, n, payload), timeout=120)
                 t_end = time.monotonic() + 60
                 while stats()["io"]["rx_datagrams"] < off + n - batch and \
                         time.monotonic() < t_end:
