@@ -169,8 +169,15 @@ class Client:
         control.write(self._writer, {**obj, "id": rid}, body)
         try:
             await self._writer.drain()
-        except ConnectionError as exc:
-            raise BraidError(f"control connection broken: {exc}") from None
+        except BaseException as exc:
+            # Nobody will hold these futures: cancel them (no "never retrieved").
+            self._waiting.pop(rid, None)
+            for f in (first, final):
+                if f is not None:
+                    f.cancel()
+            if isinstance(exc, ConnectionError):
+                raise BraidError(f"control connection broken: {exc}") from None
+            raise
         return first, final
 
     async def submit(self, peer: str, data: bytes | memoryview) -> asyncio.Future[Any]:

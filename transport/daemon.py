@@ -442,10 +442,10 @@ class Daemon:
         end = time.monotonic() + 2.0
         while self.endpoint.connections and time.monotonic() < end:
             await asyncio.sleep(0.01)
-        # Hand what arrived to the local receivers before going.
+        # Hand what arrived to the local receivers before going (waiting a
+        # bounded time for one to come if none is attached).
         end = time.monotonic() + min(self.cfg.drain_timeout, 10.0)
-        while (self.inbox or self._handed_out()) and self._has_receivers() \
-                and time.monotonic() < end:
+        while (self.inbox or self._handed_out()) and time.monotonic() < end:
             await asyncio.sleep(0.01)
         if self.inbox:
             self.log("warning", "undelivered_at_shutdown", messages=len(self.inbox),
