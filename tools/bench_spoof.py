@@ -76,6 +76,38 @@ async def _stats(sock: Path) -> dict[str, Any]:
         return await c.stats()
 
 
+def _control_clients(sock: Path, pid: int, n: int) -> dict[str, Any]:
+    """RSS per idle control client (each did one stats request), and the cost
+    of one client holding a 15 MiB unfinished line (the read-buffer bound)."""
+    conns = []
+    try:
+        rss0 = _rss_kib(pid)
+        for _ in range(n):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conns.append(c)
+            c.connect(str(sock))
+            c.sendall(b'{"cmd": "stats"}\n')
+            c.settimeout(10)
+            buf = b""
+            while not buf.endswith(b"\n"):
+                buf += c.recv(1 << 20)
+        time.sleep(0.3)
+        rss1 = _rss_kib(pid)
+        big = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conns.append(big)
+        big.connect(str(sock))
+        big.sendall(b'{"cmd": "stats", "pad": "' + b"x" * (15 << 20))
+        time.sleep(1.0)
+        rss2 = _rss_kib(pid)
+    finally:
+        for c in conns:
+            c.close()
+    time.sleep(0.5)
+    return {"idle_clients": n, "rss_kib_per_idle_client": round((rss1 - rss0) / n, 2),
+            "partial_line_bytes": 15 << 20, "rss_kib_partial_line": rss2 - rss1,
+            "rss_kib_after_all_left": _rss_kib(pid) - rss0}
+
+
 def run(sources: int, batch: int = 5000) -> dict[str, Any]:
     ns = f"brspoof{os.getpid()}"
     netns.create(ns)
@@ -125,6 +157,7 @@ def run(sources: int, batch: int = 5000) -> dict[str, Any]:
         rss1 = _rss_kib(proc.pid)
         st = stats()
         got = st["io"]["rx_datagrams"] - warm
+        clients = _control_clients(sock, proc.pid, 200)
         return {
             "sources": sources, "received": got, "seconds": round(elapsed, 2),
             "rss_kib_before": rss0, "rss_kib_after": rss1, "rss_kib_delta": rss1 - rss0,
@@ -132,6 +165,7 @@ def run(sources: int, batch: int = 5000) -> dict[str, Any]:
             "peer_table_entries": st["io"].get("peer_table"),
             "endpoint_drops": st["io"]["endpoint"]["drops"],
             "socket_drops": sum(p["rx_queue_drops"] for p in st["io"]["planes"]),
+            "control_clients": clients,
             "date": time.strftime("%Y-%m-%d"),
             "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], text=True,
                                      capture_output=True).stdout.strip(),

@@ -126,9 +126,7 @@ class Client:
                 first, final = self._waiting[rid]
                 if ev == "error":
                     del self._waiting[rid]
-                    for f in (first, final):
-                        if f is not None and not f.done():
-                            f.set_exception(BraidError(str(msg.get("error"))))
+                    _fail(first, final, BraidError(str(msg.get("error"))))
                 elif ev == "queued" and final is not None:
                     if not first.done():
                         first.set_result(msg)
@@ -144,13 +142,12 @@ class Client:
         finally:
             self._closed_reason = reason
             for first, final in self._waiting.values():
-                for f in (first, final):
-                    if f is None or f.done():
-                        continue
-                    if self._closing:
-                        f.cancel()  # we left: nobody awaits these (no "never retrieved")
-                    else:
-                        f.set_exception(BraidError(reason))
+                if self._closing:  # we left: nobody awaits these (no "never retrieved")
+                    for f in (first, final):
+                        if f is not None:
+                            f.cancel()
+                else:
+                    _fail(first, final, BraidError(reason))
             self._waiting.clear()
 
     async def _request(self, obj: dict[str, Any], body: bytes | None = None,
@@ -229,6 +226,21 @@ class Client:
                 raise BraidError("daemon is shutting down")
             if msg.get("event") == "error":
                 raise BraidError(str(msg.get("error")))
+
+
+def _fail(first: asyncio.Future[Any], final: asyncio.Future[Any] | None,
+          exc: BraidError) -> None:
+    """Fail a request. A two-phase request (``submit``) hands out only its final
+    future: the error goes there and the internal first one is cancelled, so no
+    exception is left unretrieved."""
+    if final is None:
+        if not first.done():
+            first.set_exception(exc)
+        return
+    if not first.done():
+        first.cancel()
+    if not final.done():
+        final.set_exception(exc)
 
 
 def socket_path_of(target: str | Path) -> str:

@@ -74,6 +74,9 @@ RECV_WINDOW_MESSAGES = 64
 RECV_WINDOW_BYTES = 16 << 20
 #: How often a request blocked on a full send window checks that its client is alive.
 HANGUP_POLL = 0.25
+#: Control clients served at once; one more is told so and closed. Each holds at
+#: most a 2 x ``control.MAX_LINE`` read buffer and one request body being read.
+MAX_CLIENTS = 256
 
 
 class ConfigError(ValueError):
@@ -569,6 +572,13 @@ class Daemon:
         return sum(len(r.unacked) for r in self._receivers.values())
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._clients) >= MAX_CLIENTS:
+            control.write(writer, {"event": "error", "error": f"too many control clients "
+                                   f"({MAX_CLIENTS}); try again later"})
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.drain(), 1.0)
+            writer.close()
+            return
         self._clients.add(writer)
         try:
             while True:

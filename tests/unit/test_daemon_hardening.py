@@ -238,3 +238,28 @@ def test_close_is_bounded_when_the_daemon_reads_nothing(tmp_path: Path) -> None:
             server.close()
 
     assert run(main()) is True
+
+
+def test_control_clients_are_bounded(tmp_path: Path) -> None:
+    from transport.daemon import MAX_CLIENTS
+
+    a, _ = write_configs(tmp_path)
+    held: list[socket.socket] = []
+    try:
+        a.start()
+        for _ in range(MAX_CLIENTS):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            held.append(s)
+            s.connect(str(a.socket))
+        wait_for(lambda: _exchange(a.socket, b'{"cmd": "stats"}\n')[0].startswith(
+            b'{"event":"error"'), "the client over the limit to be refused")
+        reply = _strict_json(_exchange(a.socket, b'{"cmd": "stats"}\n')[0])
+        assert "too many control clients" in reply["error"]
+        for s in held[:8]:
+            s.close()
+        wait_for(lambda: _strict_json(_exchange(a.socket, b'{"cmd": "stats"}\n')[0])["event"]
+                 == "stats", "a freed slot to be served")
+    finally:
+        for s in held:
+            s.close()
+        a.stop()
