@@ -41,7 +41,9 @@ def _target(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = subparsers.add_parser("send", help="send bytes, a file or messages to a peer",
                               description="Send through the local daemon; prints goodput, "
-                              "retransmissions, trims, NACKs and the per-plane share.")
+                              "retransmissions, trims, NACKs and the per-plane share. Ctrl-C "
+                              "stops it; the daemon then cancels what it had not started "
+                              "sending.")
     s.add_argument("--to", required=True, metavar="PEER", help="peer name from the config")
     what = s.add_mutually_exclusive_group(required=True)
     what.add_argument("--size", type=parse_size, help="send N random bytes (e.g. 1GiB)")
@@ -57,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     r = subparsers.add_parser("recv", help="receive what peers send to this host",
                               description="Stream delivered messages from the local daemon, "
-                              "place transfers by offset and verify their BLAKE2b digests.")
+                              "place transfers by offset and verify their BLAKE2b digests. A "
+                              "message leaves the daemon only once this client has it: what "
+                              "was sent ahead to a receiver that exits goes to the next one.")
     r.add_argument("--out", metavar="DIR", help="write transfers here (default: verify only)")
     r.add_argument("--count", type=int, default=0,
                    help="exit after N complete transfers (default: run until stopped)")
