@@ -279,8 +279,11 @@ class Soak:
                 await client.open()
                 led.events["receiver_sessions"] += 1
                 for _ in range(want):
-                    _peer, data = await asyncio.wait_for(client.recv(), 2.0)
-                    seq, ok = check_message(data)
+                    # (asyncio.timeout, not wait_for: Python 3.11's wait_for can
+                    # drop a result that raced its timeout — a "lost" message.)
+                    async with asyncio.timeout(2.0):
+                        _peer, data = await client.recv()
+                        seq, ok = check_message(data)
                     led.bytes_received += len(data)
                     if seq is None or not ok:
                         led.corrupt += 1

@@ -80,6 +80,8 @@ class Client:
     async def close(self) -> None:
         """Leave: bounded by ``close_timeout`` even if the daemon reads nothing."""
         self._closing = True
+        if self._recv is not None:
+            await self._end_recv_stream(*self._recv)
         for w in (self._writer, self._recv[1] if self._recv else None):
             if w is None:
                 continue
@@ -97,6 +99,21 @@ class Client:
             self._rx_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._rx_task
+
+    async def _end_recv_stream(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        """End a receive stream cleanly: our acknowledgements, then EOF, reach the
+        daemon before we close, and we read (and drop: the daemon requeues them)
+        the messages it had written ahead until it closes its end. Closing with
+        those unread would reset the connection, and the daemon could lose the
+        last acknowledgements with it (and deliver those messages again)."""
+        try:
+            if w.can_write_eof() and not w.is_closing():
+                w.write_eof()
+            async with asyncio.timeout(self.close_timeout):
+                while await r.read(1 << 16):
+                    pass
+        except (TimeoutError, OSError, RuntimeError):
+            pass
 
     async def __aenter__(self) -> Client:
         return self

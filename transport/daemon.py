@@ -689,6 +689,12 @@ class Daemon:
             await self._stream_inbox(rs)
         finally:
             rs.gone = True
+            if not acks.done() and _hung_up(writer):
+                # A client that acknowledged and left: its last acks may still
+                # be in our read buffer (we stopped on a failed write). Let them
+                # land before requeueing, or it would get them twice.
+                with contextlib.suppress(TimeoutError, Exception):
+                    await asyncio.wait_for(asyncio.shield(acks), 1.0)
             acks.cancel()
             with contextlib.suppress(BaseException):
                 await acks
