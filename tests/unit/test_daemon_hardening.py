@@ -211,7 +211,7 @@ def test_ctrl_c_in_send_is_one_line_and_the_daemon_drops_the_abandoned_data(
     # All but the messages already started on the wire are withdrawn...
     started = st["unacked"]["b"]["messages"]
     assert st["cancelled"]["messages"] + started >= queued
-    assert started <= 2, st["unacked"]
+    assert started <= 8, st["unacked"]  # what the first window took (no acks since)
     b.proc.send_signal(signal.SIGCONT)
     # ... and only those reach the peer.
     wait_for(lambda: stats(a)["unacked"]["b"]["messages"] == 0, "started messages acked")
