@@ -215,7 +215,10 @@ class Soak:
                     while len(outstanding) >= WINDOW:
                         await self._reap(outstanding, first=True)
                 if abrupt and not self.finishing:
-                    led.abandoned.update(s for s, f in outstanding.items() if not f.done())
+                    for s, f in outstanding.items():
+                        if not f.done():  # nobody awaits it now: retrieve its outcome
+                            led.abandoned.add(s)
+                            f.add_done_callback(lambda f: f.cancelled() or f.exception())
                     led.events["sender_abrupt_leave"] += 1
                     outstanding = {s: f for s, f in outstanding.items() if f.done()}
                 while outstanding:
