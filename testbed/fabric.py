@@ -33,6 +33,7 @@ from pyroute2 import NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed import nsutil
+from testbed.errors import TestbedError
 from testbed.state import DEFAULT_RUN_ROOT, RunState, check_name, prefix_for
 from testbed.topology import (
     LinkSpec,
@@ -43,7 +44,6 @@ from testbed.topology import (
     host_address,
     load,
 )
-from tools.errors import UserError
 
 ELEMENT_MARK = "testbed.element"
 _netem_cache: dict[str, Any] = {}
@@ -94,7 +94,7 @@ class Testbed:
            run_root: Path = DEFAULT_RUN_ROOT) -> Testbed:
         """Build the fabric described by a topology file or dict; return it live."""
         if os.geteuid() != 0:
-            raise UserError("the testbed needs root (network namespaces)")
+            raise TestbedError("the testbed needs root (network namespaces)")
         netem, _why = netem_available()
         if isinstance(path_or_spec, dict):
             spec = dict(path_or_spec)
@@ -112,7 +112,7 @@ class Testbed:
         if old is not None:
             if any(nsutil.netns_exists(o["name"]) for o in old.objects("netns")) or any(
                     nsutil.pid_alive(p["pid"]) for p in old.objects("process")):
-                raise UserError(f"testbed {name!r} is already up ({old.run_dir}); "
+                raise TestbedError(f"testbed {name!r} is already up ({old.run_dir}); "
                                 f"run 'braid testbed down --name {name}' first")
             _teardown(old)
         state = RunState.create(run_root, name, spec)
@@ -130,7 +130,7 @@ class Testbed:
     def attach(cls, name: str, run_root: Path = DEFAULT_RUN_ROOT) -> Testbed:
         state = RunState.load(run_root, check_name(name))
         if state is None:
-            raise UserError(f"no testbed named {name!r} (nothing in {run_root / name})")
+            raise TestbedError(f"no testbed named {name!r} (nothing in {run_root / name})")
         return cls(load(state.data["spec"], state.data.get("netem", False)), state)
 
     def down(self) -> None:
@@ -159,9 +159,9 @@ class Testbed:
         """Address of host i on plane p: 10.p.i.2, or fd00:0:p:i::2 (hex) with family=6."""
         i = self._host_index(host)
         if not 0 <= plane < self.topo.planes:
-            raise UserError(f"no plane {plane} (planes 0..{self.topo.planes - 1})")
+            raise TestbedError(f"no plane {plane} (planes 0..{self.topo.planes - 1})")
         if family == 6 and not self.topo.ipv6:
-            raise UserError("this topology has no IPv6 addresses (set ipv6 = true)")
+            raise TestbedError("this topology has no IPv6 addresses (set ipv6 = true)")
         return host_address(i, plane, family)
 
     def netns(self, node: str | int) -> str:
@@ -170,7 +170,8 @@ class Testbed:
             return self.prefix + f"h{self._host_index(node)}"
         nodes = [n for p in self.planes for n in self.topo.switch_nodes(p)]
         if node not in nodes:
-            raise UserError(f"no node {node!r} (hosts {self.hosts[0]}.., switches {nodes[:3]}..)")
+            raise TestbedError(f"no node {node!r} (hosts {self.hosts[0]}.., "
+                               f"switches {nodes[:3]}..)")
         return self.prefix + node
 
     def popen(self, host: str | int, argv: list[str], **popen_kw: Any) -> subprocess.Popen[Any]:
@@ -220,9 +221,9 @@ class Testbed:
         elif host.startswith("h") and host[1:].isdigit():
             i = int(host[1:])
         else:
-            raise UserError(f"no host {host!r} (hosts are h0..h{self.topo.hosts - 1})")
+            raise TestbedError(f"no host {host!r} (hosts are h0..h{self.topo.hosts - 1})")
         if not 0 <= i < self.topo.hosts:
-            raise UserError(f"no host {host!r} (hosts are h0..h{self.topo.hosts - 1})")
+            raise TestbedError(f"no host {host!r} (hosts are h0..h{self.topo.hosts - 1})")
         return i
 
     def _handle(self, node: str) -> NetNS:
@@ -283,7 +284,7 @@ class Testbed:
             while not files["stats"].exists():
                 if proc.poll() is not None or time.monotonic() > deadline:
                     tail = files["log"].read_text()[-800:] if files["log"].exists() else ""
-                    raise UserError(f"link element for plane {p} did not start:\n{tail}")
+                    raise TestbedError(f"link element for plane {p} did not start:\n{tail}")
                 time.sleep(0.02)
         for ns in self._ns.values():
             ns.close()
@@ -312,7 +313,7 @@ class Testbed:
                 r = nsutil.run(self.prefix + node, ["ethtool", "-K", ifname, "tx", "off"],
                                capture_output=True, text=True)
                 if r.returncode != 0:
-                    raise UserError(f"ethtool -K {ifname} tx off failed: {r.stderr.strip()}")
+                    raise TestbedError(f"ethtool -K {ifname} tx off failed: {r.stderr.strip()}")
         else:
             self._veth(link.a, link.a_if, link.b, link.b_if, link.mtu)
             self._shape(link.a, link.a_if, link.up, link.mtu)
@@ -429,7 +430,7 @@ def _teardown(state: RunState) -> None:
             try:
                 netns.remove(name)
             except OSError as exc:
-                raise UserError(f"cannot remove namespace {name}: {exc}") from None
+                raise TestbedError(f"cannot remove namespace {name}: {exc}") from None
     if not state.run_dir.exists():
         return  # already removed: down is idempotent
     state.set(status="down")

@@ -32,16 +32,26 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from testbed.errors import TestbedError
 from testbed.units import parse_duration, parse_rate, parse_ratio
-from tools.errors import UserError
 
 if TYPE_CHECKING:
     import subprocess
 
-    from testbed.fabric import Testbed
-    from testbed.topology import LinkSpec
+    from testbed.topology import LinkSpec, Topology
+
+
+class Testbed(Protocol):
+    """What faults need of a running fabric (``testbed.fabric.Testbed``): the
+    fabric applies faults to itself, so this module must not import it."""
+
+    topo: Topology
+
+    def netns(self, node: str | int) -> str: ...
+
+    def element_files(self, plane: int) -> dict[str, Path]: ...
 
 MAX_FLAP_TOGGLES = 10_000
 MAX_TIMELINE_SECONDS = 24 * 3600.0
@@ -68,12 +78,12 @@ def parse_fault(text: str) -> Fault:
     """Syntax only; targets are resolved against a topology by ``compile_fault``."""
     words = text.split()
     if not words:
-        raise UserError("empty fault")
+        raise TestbedError("empty fault")
     try:
         target, rest = _parse_target(words)
         action, args = _parse_action(rest)
     except ValueError as exc:
-        raise UserError(f"fault {text!r}: {exc}") from None
+        raise TestbedError(f"fault {text!r}: {exc}") from None
     return Fault(text=" ".join(words), target=target, action=action, args=args)
 
 
@@ -140,14 +150,14 @@ def resolve_links(tb: Testbed, f: Fault) -> list[LinkSpec]:
     if kind == "plane":
         p = int(value)
         if p >= tb.topo.planes:
-            raise UserError(f"fault {f.text!r}: no plane {p}")
+            raise TestbedError(f"fault {f.text!r}: no plane {p}")
         return [lk for lk in links if lk.plane == p]
     if kind == "host":
         tb.netns(value)  # validates
         return [lk for lk in links if lk.a == value]
     out = [lk for lk in links if value in (lk.a, lk.b)]
     if not out:
-        raise UserError(f"fault {f.text!r}: no switch {value!r} in this topology")
+        raise TestbedError(f"fault {f.text!r}: no switch {value!r} in this topology")
     return out
 
 
@@ -191,13 +201,13 @@ def compile_fault(tb: Testbed, f: Fault) -> list[Step]:
     if a == "rate":
         bps, d = f.args
         return [Step(0, f.text, lambda: set_ports(tb, links, d, {"rate_bps": bps}))]
-    raise UserError(f"fault {f.text!r}: unknown action {a!r}")
+    raise TestbedError(f"fault {f.text!r}: unknown action {a!r}")
 
 
 def _require_elements(f: Fault, links: list[LinkSpec]) -> None:
     missing = [lk.name for lk in links if not lk.element]
     if missing:
-        raise UserError(
+        raise TestbedError(
             f"fault {f.text!r}: link(s) {', '.join(missing[:4])} have no link element and "
             "sch_netem is not available; set 'element = true' for them in the topology")
 
@@ -215,13 +225,13 @@ def element_command(tb: Testbed, plane: int, req: dict[str, Any], timeout: float
             s.sendto(json.dumps(req).encode(), str(ctl))
             reply: dict[str, Any] = json.loads(s.recv(65536))
         except (OSError, TimeoutError) as exc:
-            raise UserError(f"link element of plane {plane} does not answer ({ctl}): {exc}"
+            raise TestbedError(f"link element of plane {plane} does not answer ({ctl}): {exc}"
                             ) from None
     finally:
         s.close()
         me.unlink(missing_ok=True)
     if not reply.get("ok"):
-        raise UserError(f"link element of plane {plane}: {reply.get('error')}")
+        raise TestbedError(f"link element of plane {plane}: {reply.get('error')}")
     return reply
 
 
@@ -301,17 +311,17 @@ _AT = re.compile(r"^\s*at\s+(\S+)\s+(.+?)\s*$")
 def _event(text: str, where: str) -> TimelineEvent:
     m = _AT.match(text)
     if not m:
-        raise UserError(f"{where}: expected 'at TIME FAULT', got {text.strip()!r}")
+        raise TestbedError(f"{where}: expected 'at TIME FAULT', got {text.strip()!r}")
     try:
         at = parse_duration(m.group(1))
     except ValueError as exc:
-        raise UserError(f"{where}: {exc}") from None
+        raise TestbedError(f"{where}: {exc}") from None
     if not 0 <= at <= MAX_TIMELINE_SECONDS:
-        raise UserError(f"{where}: time {at} out of range")
+        raise TestbedError(f"{where}: time {at} out of range")
     try:
         fault = parse_fault(m.group(2))
-    except UserError as exc:
-        raise UserError(f"{where}: {exc}") from None
+    except TestbedError as exc:
+        raise TestbedError(f"{where}: {exc}") from None
     return TimelineEvent(at, fault, where)
 
 
@@ -320,7 +330,7 @@ def load_timeline(path: str | Path) -> list[TimelineEvent]:
     try:
         text = p.read_text()
     except OSError as exc:
-        raise UserError(f"cannot read timeline {p}: {exc.strerror}") from None
+        raise TestbedError(f"cannot read timeline {p}: {exc.strerror}") from None
     lines = text.splitlines()
 
     def line_of(needle: str) -> str:
@@ -333,20 +343,20 @@ def load_timeline(path: str | Path) -> list[TimelineEvent]:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise UserError(f"{p}: invalid TOML: {exc}") from None
+            raise TestbedError(f"{p}: invalid TOML: {exc}") from None
         events = []
         for key in data:
             if key not in ("events", "event", "description"):
-                raise UserError(f"{line_of(key)}: key '{key}': unknown (use 'events' or "
+                raise TestbedError(f"{line_of(key)}: key '{key}': unknown (use 'events' or "
                                 "[[event]] tables)")
         for item in data.get("events", []):
             if not isinstance(item, str):
-                raise UserError(f"{p}: key 'events': expected strings like 'at 2.0 plane 1 "
+                raise TestbedError(f"{p}: key 'events': expected strings like 'at 2.0 plane 1 "
                                 f"down', got {item!r}")
             events.append(_event(item, line_of(item)))
         for i, table in enumerate(data.get("event", [])):
             if set(table) - {"at", "fault"} or "at" not in table or "fault" not in table:
-                raise UserError(f"{p}: [[event]] #{i + 1}: needs exactly 'at' and 'fault'")
+                raise TestbedError(f"{p}: [[event]] #{i + 1}: needs exactly 'at' and 'fault'")
             where = line_of(str(table["fault"]))
             events.append(_event(f"at {table['at']} {table['fault']}", where))
     else:
@@ -365,8 +375,8 @@ def run_timeline(tb: Testbed, events: list[TimelineEvent],
     for ev in events:
         try:
             compiled = compile_fault(tb, ev.fault)
-        except UserError as exc:
-            raise UserError(f"{ev.where}: {exc}") from None
+        except TestbedError as exc:
+            raise TestbedError(f"{ev.where}: {exc}") from None
         steps += [(ev.at + s.offset, s.label, s.apply) for s in compiled]
     deadline = time.monotonic() + timeout
 

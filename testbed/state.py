@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tools.errors import UserError
+from testbed.errors import TestbedError
 
 DEFAULT_RUN_ROOT = Path(os.environ.get("BRAID_RUN_DIR", "/run/braid"))
 NAME_RE = re.compile(r"[a-z][a-z0-9]{0,11}")
@@ -22,7 +22,7 @@ NAME_RE = re.compile(r"[a-z][a-z0-9]{0,11}")
 
 def check_name(name: str) -> str:
     if not NAME_RE.fullmatch(name):
-        raise UserError(
+        raise TestbedError(
             f"testbed name {name!r}: use 1-12 lowercase letters/digits, starting with a letter")
     return name
 
@@ -59,7 +59,7 @@ class RunState:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            raise UserError(f"unreadable testbed state {run_dir}/state.json: {exc}") from None
+            raise TestbedError(f"unreadable testbed state {run_dir}/state.json: {exc}") from None
         return cls(run_dir, data)
 
     def save(self) -> None:

@@ -17,7 +17,7 @@ A topology is a small TOML file (see docs/testbed.md and examples/)::
     trim = "32KB"
     ecn = "16KB"
 
-Validation raises ``tools.errors.UserError`` naming the file, the key and,
+Validation raises ``testbed.errors.TestbedError`` naming the file, the key and,
 where it can be found, the line.
 """
 
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import TestbedError
 from testbed.units import parse_duration, parse_rate, parse_ratio, parse_size
-from tools.errors import UserError
 
 #: Keys that may appear at any level of [link] (defaults, class, one link, direction).
 PORT_KEYS = ("rate", "buffer", "delay", "loss", "trim", "ecn", "last_hop")
@@ -114,7 +114,7 @@ class Topology:
         for link in self.links:
             if link.name == name:
                 return link
-        raise UserError(f"no link named {name!r} (links look like 'h0:p1' or 'l0-s1:p1')")
+        raise TestbedError(f"no link named {name!r} (links look like 'h0:p1' or 'l0-s1:p1')")
 
 
 def host_address(host: int, plane: int, family: int = 4) -> str:
@@ -154,10 +154,10 @@ class _Ctx:
             m = header.search(self.text)
         return self.text.count("\n", 0, m.start()) + 1 if m else None
 
-    def error(self, key: str, msg: str) -> UserError:
+    def error(self, key: str, msg: str) -> TestbedError:
         line = self.line_of(key)
         where = f"{self.source}:{line}" if line else self.source
-        return UserError(f"{where}: key '{key}': {msg}")
+        return TestbedError(f"{where}: key '{key}': {msg}")
 
 
 def _int(ctx: _Ctx, d: dict[str, Any], key: str, path: str, default: int | None,
@@ -236,12 +236,12 @@ def load(path_or_spec: str | Path | dict[str, Any], netem: bool = False) -> Topo
         try:
             text = p.read_text()
         except OSError as exc:
-            raise UserError(f"cannot read topology {p}: {exc.strerror}") from None
+            raise TestbedError(f"cannot read topology {p}: {exc.strerror}") from None
         ctx = _Ctx(str(p), text)
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise UserError(f"{p}: invalid TOML: {exc}") from None
+            raise TestbedError(f"{p}: invalid TOML: {exc}") from None
     return _build(ctx, data, netem)
 
 

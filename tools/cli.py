@@ -2,7 +2,8 @@
 
 Each subcommand module exposes ``register(subparsers)`` which adds its parser
 and sets ``func`` (a callable taking the parsed namespace and returning an
-exit code). A user error raises ``tools.errors.UserError``: one clear line on
+exit code). A user error raises ``tools.errors.UserError`` (the testbed's own
+``testbed.errors.TestbedError``): one clear line on
 stderr and exit code 2, never a traceback.
 """
 
@@ -13,6 +14,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from testbed.errors import TestbedError
 from tools.errors import UserError
 
 __version__ = "0.1.0"
@@ -61,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(func(args) or 0)
-    except UserError as exc:
+    except (UserError, TestbedError) as exc:
         print(f"braid: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 
 from tools.cmd_transfer import parse_size
-
-DEFAULT_SIZE = "256MiB"
-QUICK_SIZE = "64MiB"
+from tools.demo import DEFAULT_SIZE, QUICK_SIZE
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import sys
 import time
 from pathlib import Path
@@ -40,7 +41,9 @@ def _target(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = subparsers.add_parser("send", help="send bytes, a file or messages to a peer",
                               description="Send through the local daemon; prints goodput, "
-                              "retransmissions, trims, NACKs and the per-plane share.")
+                              "retransmissions, trims, NACKs and the per-plane share. Ctrl-C "
+                              "stops it; the daemon then cancels what it had not started "
+                              "sending.")
     s.add_argument("--to", required=True, metavar="PEER", help="peer name from the config")
     what = s.add_mutually_exclusive_group(required=True)
     what.add_argument("--size", type=parse_size, help="send N random bytes (e.g. 1GiB)")
@@ -56,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     r = subparsers.add_parser("recv", help="receive what peers send to this host",
                               description="Stream delivered messages from the local daemon, "
-                              "place transfers by offset and verify their BLAKE2b digests.")
+                              "place transfers by offset and verify their BLAKE2b digests. A "
+                              "message leaves the daemon only once this client has it: what "
+                              "was sent ahead to a receiver that exits goes to the next one.")
     r.add_argument("--out", metavar="DIR", help="write transfers here (default: verify only)")
     r.add_argument("--count", type=int, default=0,
                    help="exit after N complete transfers (default: run until stopped)")
@@ -79,14 +84,37 @@ def _socket(args: argparse.Namespace) -> str:
 
 
 def _run(coro: Any) -> Any:
+    """Run a client coroutine. Ctrl-C cancels it (so it leaves the daemon
+    cleanly: the daemon cancels what it had queued and not started), then
+    surfaces as one KeyboardInterrupt: the CLI prints one line, no asyncio noise."""
     from transport.aio import new_event_loop
 
     loop = new_event_loop()
+    task = loop.create_task(coro)
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
-        return loop.run_until_complete(coro)
+        return loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
     except BraidError as exc:
         raise UserError(str(exc)) from None
     finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        rest = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in rest:
+            t.cancel()
+        if rest:
+            loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 
 

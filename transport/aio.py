@@ -160,6 +160,7 @@ class EndpointIO:
         bufs = [self._buf]
         ep = self.endpoint
         peers = self.peers
+        by_source = peers.by_source
         infos = self._rx_info
         plane = ps.index
         now = time.monotonic()
@@ -177,11 +178,18 @@ class EndpointIO:
             rx = infos.get((plane, v))
             if rx is None:
                 rx = infos[(plane, v)] = RxInfo(plane, (v & 3) == ECN_CE, v >> 2)
-            peer = peers.lookup(plane, addr[0])
+            host = addr[0]
+            peer = by_source.get((plane, host))
             data = bytes(view[:n])
             if self.tap is not None:
                 self.tap.on_rx(now, data, rx)
-            ep.receive_datagram(data, rx, now, peer)
+            if peer is not None:
+                ep.receive_datagram(data, rx, now, peer)
+            else:  # an unknown source: remembered only once it has a connection
+                conn = ep.receive_datagram(data, rx, now, host)
+                if conn is not None and conn.local_cid in ep.connections and \
+                        ep.peer_of(conn) == host:
+                    peers.learn(plane, host)
             n_rx += 1
             n_bytes += n
         self.rx_datagrams += n_rx
@@ -203,7 +211,8 @@ class EndpointIO:
         else:
             more = True
         self._dispatch()
-        ep.reap()
+        if ep.reap():
+            self.peers.prune({ep.peer_of(c) for c in ep.connections.values()})
         if more:
             self.kick()
         self._arm()
@@ -288,6 +297,7 @@ class EndpointIO:
             "rx_bytes": self.rx_bytes,
             "tx_bytes": self.tx_bytes,
             "tx_errors": dict(self.tx_errors),
+            "peer_table": len(self.peers),
             "planes": [
                 {
                     "plane": ps.index,

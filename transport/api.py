@@ -11,6 +11,15 @@ peer and stops reading a client that exceeds it). Errors are ``BraidError``
 with the daemon's one-line reason (unknown peer, peer unreachable or key
 mismatch, shutting down, ...).
 
+Leaving (``close()``, the end of ``async with``) is bounded: what the daemon
+has not yet read is flushed for at most ``close_timeout`` seconds, then the
+connection is aborted. The daemon then cancels every message this client
+queued that has not started on the wire (one already started is finished);
+futures still pending are cancelled. Await the futures before leaving to be
+sure of delivery. ``recv`` acknowledges each message to the daemon as it
+returns it, so a message is never lost with a client that exits: what the
+daemon had written ahead to it goes to the next receiver.
+
 Also here: the small *transfer* header ``braid send`` puts in front of each
 message (``encode_chunk`` / ``decode_chunk``) so ``braid recv`` can place the
 bytes of a file and verify them (BLAKE2b-128 per chunk).
@@ -38,8 +47,9 @@ class BraidError(Exception):
 class Client:
     """One control connection to the daemon (use ``connect``)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, close_timeout: float = 2.0) -> None:
         self.path = path
+        self.close_timeout = close_timeout
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._rx_task: asyncio.Task[None] | None = None
@@ -48,6 +58,7 @@ class Client:
         self._recv: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self.on_ack: Callable[[int], None] | None = None
         self._closed_reason: str | None = None
+        self._closing = False
 
     async def _open_stream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         try:
@@ -67,15 +78,42 @@ class Client:
         return self
 
     async def close(self) -> None:
+        """Leave: bounded by ``close_timeout`` even if the daemon reads nothing."""
+        self._closing = True
+        if self._recv is not None:
+            await self._end_recv_stream(*self._recv)
         for w in (self._writer, self._recv[1] if self._recv else None):
-            if w is not None:
-                w.close()
+            if w is None:
+                continue
+            w.close()
+            closed = asyncio.ensure_future(w.wait_closed())
+            try:
+                await asyncio.wait_for(asyncio.shield(closed), self.close_timeout)
+            except TimeoutError:
+                w.transport.abort()  # the daemon is not reading: drop what is unsent
                 with contextlib.suppress(Exception):
-                    await w.wait_closed()
+                    await asyncio.wait_for(closed, 1.0)
+            except Exception:  # already broken: closed is closed
+                pass
         if self._rx_task is not None:
             self._rx_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._rx_task
+
+    async def _end_recv_stream(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        """End a receive stream cleanly: our acknowledgements, then EOF, reach the
+        daemon before we close, and we read (and drop: the daemon requeues them)
+        the messages it had written ahead until it closes its end. Closing with
+        those unread would reset the connection, and the daemon could lose the
+        last acknowledgements with it (and deliver those messages again)."""
+        try:
+            if w.can_write_eof() and not w.is_closing():
+                w.write_eof()
+            async with asyncio.timeout(self.close_timeout):
+                while await r.read(1 << 16):
+                    pass
+        except (TimeoutError, OSError, RuntimeError):
+            pass
 
     async def __aenter__(self) -> Client:
         return self
@@ -105,9 +143,7 @@ class Client:
                 first, final = self._waiting[rid]
                 if ev == "error":
                     del self._waiting[rid]
-                    for f in (first, final):
-                        if f is not None and not f.done():
-                            f.set_exception(BraidError(str(msg.get("error"))))
+                    _fail(first, final, BraidError(str(msg.get("error"))))
                 elif ev == "queued" and final is not None:
                     if not first.done():
                         first.set_result(msg)
@@ -123,9 +159,12 @@ class Client:
         finally:
             self._closed_reason = reason
             for first, final in self._waiting.values():
-                for f in (first, final):
-                    if f is not None and not f.done():
-                        f.set_exception(BraidError(reason))
+                if self._closing:  # we left: nobody awaits these (no "never retrieved")
+                    for f in (first, final):
+                        if f is not None:
+                            f.cancel()
+                else:
+                    _fail(first, final, BraidError(reason))
             self._waiting.clear()
 
     async def _request(self, obj: dict[str, Any], body: bytes | None = None,
@@ -144,8 +183,15 @@ class Client:
         control.write(self._writer, {**obj, "id": rid}, body)
         try:
             await self._writer.drain()
-        except ConnectionError as exc:
-            raise BraidError(f"control connection broken: {exc}") from None
+        except BaseException as exc:
+            # Nobody will hold these futures: cancel them (no "never retrieved").
+            self._waiting.pop(rid, None)
+            for f in (first, final):
+                if f is not None:
+                    f.cancel()
+            if isinstance(exc, ConnectionError):
+                raise BraidError(f"control connection broken: {exc}") from None
+            raise
         return first, final
 
     async def submit(self, peer: str, data: bytes | memoryview) -> asyncio.Future[Any]:
@@ -189,11 +235,29 @@ class Client:
                 raise BraidError("daemon closed the receive stream")
             msg, body = item
             if msg.get("event") == "message" and body is not None:
+                seq = msg.get("seq")
+                if isinstance(seq, int):  # we have it: the daemon may forget it
+                    control.write(self._recv[1], {"cmd": "ack", "seq": seq})
                 return str(msg.get("peer")), body
             if msg.get("event") == "shutdown":
                 raise BraidError("daemon is shutting down")
             if msg.get("event") == "error":
                 raise BraidError(str(msg.get("error")))
+
+
+def _fail(first: asyncio.Future[Any], final: asyncio.Future[Any] | None,
+          exc: BraidError) -> None:
+    """Fail a request. A two-phase request (``submit``) hands out only its final
+    future: the error goes there and the internal first one is cancelled, so no
+    exception is left unretrieved."""
+    if final is None:
+        if not first.done():
+            first.set_exception(exc)
+        return
+    if not first.done():
+        first.cancel()
+    if not final.done():
+        final.set_exception(exc)
 
 
 def socket_path_of(target: str | Path) -> str:

@@ -215,6 +215,11 @@ class Connection:
             raise ValueError("message larger than max_message_size")
         return self.sender.enqueue(data)
 
+    def cancel_message(self, msg_id: int) -> bool:
+        """Withdraw a queued message if none of it was sent yet (True), else
+        leave it to finish (False). Nothing goes on the wire either way."""
+        return self.sender.cancel(msg_id)
+
     def close(self, now: float) -> None:
         """Finish sending what is queued, then close with the peer."""
         if self.state is ConnState.HANDSHAKING:

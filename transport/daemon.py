@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import math
 import os
+import select
 import signal
 import socket
 import stat
@@ -66,6 +67,16 @@ HOST_CONNECTION_DEFAULTS: dict[str, Any] = {
     "congestion_params": {"burst_packets": 64, "target_delay": 2e-3},
 }
 UNREACHABLE = "peer unreachable or key mismatch"
+#: Messages and bytes a receive stream may hold unacknowledged (at least one
+#: message always goes): enough to keep a local client busy, and all of it
+#: goes back to the inbox if the client leaves without acknowledging.
+RECV_WINDOW_MESSAGES = 64
+RECV_WINDOW_BYTES = 16 << 20
+#: How often a request blocked on a full send window checks that its client is alive.
+HANGUP_POLL = 0.25
+#: Control clients served at once; one more is told so and closed. Each holds at
+#: most a 2 x ``control.MAX_LINE`` read buffer and one request body being read.
+MAX_CLIENTS = 256
 
 
 class ConfigError(ValueError):
@@ -197,7 +208,7 @@ def load_secret(cfg: DaemonConfig) -> bytes | None:
     if cfg.key_file is None:
         return None
     try:
-        return load_key_file(cfg.key_file)
+        return load_key_file(cfg.key_file, owner_only=True)
     except KeyFileError as exc:
         raise ConfigError(f"{cfg.source}: key 'key': {exc}") from None
 
@@ -304,6 +315,21 @@ class _Peer:
     reconnects: int = 0
 
 
+@dataclass
+class _RecvStream:
+    """One ``recv`` client: what it was given and has not acknowledged yet."""
+
+    writer: asyncio.StreamWriter
+    unacked: deque[tuple[int, tuple[str, int, bytes]]] = field(default_factory=deque)
+    unacked_bytes: int = 0
+    seq: int = 0
+    gone: bool = False
+
+    def window_open(self) -> bool:
+        return not self.unacked or (len(self.unacked) < RECV_WINDOW_MESSAGES
+                                    and self.unacked_bytes < RECV_WINDOW_BYTES)
+
+
 class Daemon:
     def __init__(self, cfg: DaemonConfig, *, secret: bytes | None, log: Log | None = None,
                  qlog: QlogSink | None = None) -> None:
@@ -337,13 +363,16 @@ class Daemon:
         self.stopping = False
         self._server: asyncio.AbstractServer | None = None
         self._clients: set[asyncio.StreamWriter] = set()
-        self._receivers: set[asyncio.StreamWriter] = set()
+        self._receivers: dict[asyncio.StreamWriter, _RecvStream] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._started = time.monotonic()
         self._roles: dict[int, str] = {}
         self._cwnd: dict[int, int] = {}
         self.messages_delivered = 0
         self.bytes_delivered = 0
+        self.messages_requeued = 0
+        self.messages_cancelled = 0
+        self.bytes_cancelled = 0
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -428,9 +457,10 @@ class Daemon:
         end = time.monotonic() + 2.0
         while self.endpoint.connections and time.monotonic() < end:
             await asyncio.sleep(0.01)
-        # Hand what arrived to the local receivers before going.
+        # Hand what arrived to the local receivers before going (waiting a
+        # bounded time for one to come if none is attached).
         end = time.monotonic() + min(self.cfg.drain_timeout, 10.0)
-        while self.inbox and self._has_receivers() and time.monotonic() < end:
+        while (self.inbox or self._handed_out()) and time.monotonic() < end:
             await asyncio.sleep(0.01)
         if self.inbox:
             self.log("warning", "undelivered_at_shutdown", messages=len(self.inbox),
@@ -580,7 +610,18 @@ class Daemon:
     def _has_receivers(self) -> bool:
         return bool(self._receivers)
 
+    def _handed_out(self) -> int:
+        """Messages written to receive streams and not acknowledged yet."""
+        return sum(len(r.unacked) for r in self._receivers.values())
+
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._clients) >= MAX_CLIENTS:
+            control.write(writer, {"event": "error", "error": f"too many control clients "
+                                   f"({MAX_CLIENTS}); try again later"})
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.drain(), 1.0)
+            writer.close()
+            return
         self._clients.add(writer)
         try:
             while True:
@@ -592,6 +633,9 @@ class Daemon:
                 if item is None:
                     break
                 msg, body = item
+                if msg.get("cmd") == "recv":
+                    await self._serve_receiver(reader, writer)
+                    break
                 if not await self._request(msg, body, writer):
                     break
                 await writer.drain()
@@ -599,7 +643,28 @@ class Daemon:
             pass
         finally:
             self._clients.discard(writer)
+            self._client_left(writer)
             writer.close()
+
+    def _client_left(self, writer: asyncio.StreamWriter) -> None:
+        """A client that leaves takes back what it queued and that has not
+        started on the wire (a message already started is finished: the
+        receiver must never be left holding part of one)."""
+        now_cancelled = 0
+        for p in self.peers.values():
+            mine = [mid for mid, pend in p.pending.items() if pend.writer is writer]
+            if not mine or p.conn is None:
+                continue
+            for mid in mine:
+                if p.conn.cancel_message(mid):
+                    pend = p.pending.pop(mid)
+                    p.unacked -= pend.size
+                    self.bytes_cancelled += pend.size
+                    now_cancelled += 1
+            p.window.set()
+        if now_cancelled:
+            self.messages_cancelled += now_cancelled
+            self.log("info", "client_left", cancelled_messages=now_cancelled)
 
     async def _request(self, msg: dict[str, Any], body: bytes | None,
                        writer: asyncio.StreamWriter) -> bool:
@@ -623,7 +688,12 @@ class Daemon:
                     return error("send needs a body ('len' and the bytes)")
                 while p.unacked > 0 and p.unacked + len(body) > self.cfg.send_window:
                     p.window.clear()
-                    await p.window.wait()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(p.window.wait(), HANGUP_POLL)
+                    if _hung_up(writer):
+                        return False  # the client left while we held its request
+                if _hung_up(writer):
+                    return False  # queue nothing for a client that already left
             try:
                 conn = await self._connection(name)
             except ConnectionError as exc:
@@ -642,13 +712,6 @@ class Daemon:
             self.io.kick()
             control.write(writer, {"event": "queued", "id": rid, "msg_id": msg_id})
             return True
-        if cmd == "recv":
-            self._receivers.add(writer)
-            try:
-                await self._stream_inbox(writer)
-            finally:
-                self._receivers.discard(writer)
-            return False
         if cmd == "stats":
             control.write(writer, {"event": "stats", "id": rid, **self.stats()})
             return True
@@ -658,19 +721,76 @@ class Daemon:
             return True
         return error(f"unknown command {cmd!r} (send, connect, recv, stats, shutdown)")
 
-    async def _stream_inbox(self, writer: asyncio.StreamWriter) -> None:
-        while not writer.is_closing():
-            if not self.inbox:
-                if self.stopping and not self.endpoint.connections:
+    async def _serve_receiver(self, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter) -> None:
+        """Stream the inbox to one client. A message leaves the inbox only
+        when the client acknowledges it; whatever it had not acknowledged when
+        the stream ends (exit, crash, error) goes back to the front."""
+        rs = self._receivers[writer] = _RecvStream(writer)
+        acks = asyncio.get_running_loop().create_task(self._read_acks(reader, rs))
+        try:
+            await self._stream_inbox(rs)
+        finally:
+            rs.gone = True
+            if not acks.done() and _hung_up(writer):
+                # A client that acknowledged and left: its last acks may still
+                # be in our read buffer (we stopped on a failed write). Let them
+                # land before requeueing, or it would get them twice.
+                with contextlib.suppress(TimeoutError, Exception):
+                    await asyncio.wait_for(asyncio.shield(acks), 1.0)
+            acks.cancel()
+            with contextlib.suppress(BaseException):
+                await acks
+            del self._receivers[writer]
+            if rs.unacked:
+                self.inbox.extendleft(item for _, item in reversed(rs.unacked))
+                self.messages_requeued += len(rs.unacked)
+                self.log("info", "receiver_left", requeued_messages=len(rs.unacked),
+                         bytes=rs.unacked_bytes)
+                rs.unacked.clear()
+                self._inbox_ready.set()
+
+    async def _read_acks(self, reader: asyncio.StreamReader, rs: _RecvStream) -> None:
+        try:
+            while (item := await control.read(reader)) is not None:
+                msg, _ = item
+                seq = msg.get("seq")
+                if msg.get("cmd") != "ack" or not isinstance(seq, int):
+                    control.write(rs.writer, {"event": "error", "id": msg.get("id"),
+                                              "error": "a receive stream takes only "
+                                                       "{\"cmd\": \"ack\", \"seq\": N}"})
+                    break
+                while rs.unacked and rs.unacked[0][0] <= seq:
+                    _, (peer, mid, data) = rs.unacked.popleft()
+                    rs.unacked_bytes -= len(data)
+                    self.inbox_bytes -= len(data)
+                    # Only a client's receipt frees the credit (back-pressure).
+                    self._release(peer, mid, data)
+                self._inbox_ready.set()
+        except (control.ProtocolError, ConnectionError) as exc:
+            control.write(rs.writer, {"event": "error", "error": str(exc)})
+        finally:
+            rs.gone = True
+            self._inbox_ready.set()
+
+    async def _stream_inbox(self, rs: _RecvStream) -> None:
+        writer = rs.writer
+        while not rs.gone and not writer.is_closing():
+            if not self.inbox or not rs.window_open():
+                if self.stopping and not self.endpoint.connections and not rs.unacked \
+                        and not self.inbox:
                     return
                 self._inbox_ready.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._inbox_ready.wait(), 0.2)
                 continue
-            peer, mid, data = self.inbox.popleft()
-            self.inbox_bytes -= len(data)
-            self._release(peer, mid, data)
-            control.write(writer, {"event": "message", "peer": peer, "msg_id": mid}, data)
+            item = self.inbox.popleft()
+            peer, mid, data = item
+            rs.seq += 1
+            rs.unacked.append((rs.seq, item))
+            rs.unacked_bytes += len(data)
+            control.write(writer, {"event": "message", "peer": peer, "msg_id": mid,
+                                   "seq": rs.seq}, data)
             await writer.drain()
 
     # -- stats ---------------------------------------------------------------------------------
@@ -696,7 +816,11 @@ class Daemon:
             "io": _jsonable(self.io.stats()),
             "connections": conns,
             "inbox": {"messages": len(self.inbox), "bytes": self.inbox_bytes,
-                      "dropped": self.inbox_dropped},
+                      "dropped": self.inbox_dropped, "handed_out": self._handed_out(),
+                      "requeued": self.messages_requeued},
+            "unacked": {name: {"messages": len(p.pending), "bytes": p.unacked}
+                        for name, p in sorted(self.peers.items())},
+            "cancelled": {"messages": self.messages_cancelled, "bytes": self.bytes_cancelled},
             "delivered": {"messages": self.messages_delivered, "bytes": self.bytes_delivered},
             "stopping": self.stopping,
         }
@@ -726,6 +850,20 @@ def _bind_fails(a: PlaneAddr) -> bool:
         except OSError:
             return True
     return False
+
+
+def _hung_up(writer: asyncio.StreamWriter) -> bool:
+    """Has the client closed its end? (Seen even while we are not reading it,
+    e.g. while its request waits for send window, and with its data unread.)"""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return writer.is_closing()
+    poller = select.poll()
+    try:
+        poller.register(sock.fileno(), select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    except (OSError, ValueError):
+        return True
+    return bool(poller.poll(0))
 
 
 def _socket_alive(path: Path) -> bool:

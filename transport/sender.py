@@ -148,6 +148,18 @@ class Sender:
         self._msg_size[msg_id] = len(data)
         return msg_id
 
+    def cancel(self, msg_id: int) -> bool:
+        """Withdraw a queued message none of which has been sent; False if it
+        started (it is then finished: the receiver never holds part of one)."""
+        for ob in self._outbound:
+            if ob.msg_id == msg_id:
+                if ob.next_offset:
+                    return False
+                self._outbound.remove(ob)
+                del self._msg_segments[msg_id], self._msg_size[msg_id]
+                return True
+        return False
+
     @property
     def has_new_data(self) -> bool:
         return bool(self._outbound)

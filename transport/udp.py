@@ -176,11 +176,18 @@ def parse_tos(ancdata: list[tuple[int, int, bytes]]) -> tuple[bool, int]:
 class PeerTable:
     """Configured peers: name -> address per plane, and (plane, source IP) -> name.
 
-    A datagram from an address no peer has is given the key ``"ip"``; its
-    route on a plane is learned from what arrives on that plane (replies go
-    to the source IP at the plane's own port: the cluster uses one port per
-    plane). Configure peers to use every plane from the first packet.
+    A datagram from an address no peer has is given the key ``"ip"`` and
+    nothing is stored for it: a spoofed source costs no memory. Only once a
+    connection keyed by that address exists (an authenticated INIT from it)
+    does the I/O layer ``learn`` its route on the plane a packet of that
+    connection came in on (replies go to the source IP at the plane's own
+    port: the cluster uses one port per plane); ``prune`` forgets learned
+    routes when their last connection is gone. Configure peers to use every
+    plane from the first packet.
     """
+
+    #: Learned (unconfigured) peers kept at most; beyond it nothing is learned.
+    MAX_LEARNED = 4096
 
     def __init__(self, planes: int, local_ports: list[int]) -> None:
         self.planes = planes
@@ -188,6 +195,7 @@ class PeerTable:
         self.routes: dict[PeerKey, list[PlaneAddr | None]] = {}
         self.by_source: dict[tuple[int, str], PeerKey] = {}
         self._sockaddr: dict[tuple[PeerKey, int, int], SockAddr] = {}
+        self._learned: set[PeerKey] = set()
 
     def add(self, name: PeerKey, addrs: list[PlaneAddr]) -> None:
         if len(addrs) != self.planes:
@@ -197,13 +205,37 @@ class PeerTable:
             self.by_source[(plane, a.host)] = name
 
     def lookup(self, plane: int, host: str) -> PeerKey:
+        """The peer a datagram from ``host`` on ``plane`` is from (stores nothing)."""
         key = self.by_source.get((plane, host))
-        if key is not None:
-            return key
-        route = self.routes.setdefault(host, [None] * self.planes)
+        return host if key is None else key
+
+    def learn(self, plane: int, host: str) -> None:
+        """Route replies to ``host`` on ``plane``: call only for a source that
+        has a connection (it authenticated), never for a mere datagram."""
+        if (plane, host) in self.by_source:
+            return
+        if host not in self._learned:
+            if host in self.routes or len(self._learned) >= self.MAX_LEARNED:
+                return
+            self._learned.add(host)
+            self.routes[host] = [None] * self.planes
+        route = self.routes[host]
         route[plane] = PlaneAddr(host, self.local_ports[plane])
         self.by_source[(plane, host)] = host
-        return host
+
+    def prune(self, live: set[PeerKey]) -> None:
+        """Forget learned routes of peers that no longer have a connection."""
+        for key in [k for k in self._learned if k not in live]:
+            self._learned.discard(key)
+            self.routes.pop(key, None)
+            for plane in range(self.planes):
+                if self.by_source.get((plane, str(key))) == key:
+                    del self.by_source[(plane, str(key))]
+        self._sockaddr.clear()
+
+    def __len__(self) -> int:
+        """Entries held (configured and learned): what a flood must not grow."""
+        return len(self.routes) + len(self.by_source) + len(self._sockaddr)
 
     def sockaddr(self, peer: PeerKey, plane: int, ev: int) -> SockAddr | None:
         """Destination for (peer, plane); on IPv6 the flow label carries the EV."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -87,12 +88,24 @@ def write_key_file(path: Path, secret: bytes) -> None:
         f.write(format_key_file(secret))
 
 
-def load_key_file(path: Path) -> bytes:
+def load_key_file(path: Path, *, owner_only: bool = False) -> bytes:
+    """The secret in a key file. ``owner_only`` (the daemon) refuses a file
+    that group or others may read, as ssh refuses such a private key."""
     try:
+        if owner_only:
+            check_key_file_mode(path)
         text = path.read_text()
     except OSError as exc:
         raise KeyFileError(f"{path}: {exc.strerror}") from None
     return parse_key_file(text, str(path))
+
+
+def check_key_file_mode(path: Path) -> None:
+    """Raise ``KeyFileError`` if group or others have any access to ``path``."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o077:
+        raise KeyFileError(f"{path}: permissions {mode:04o} are too open; the cluster key must "
+                           f"be accessible by its owner only (chmod 600 {path})")
 
 
 def _hkdf(secret: bytes, salt: bytes, info: bytes, length: int = 32) -> bytes:

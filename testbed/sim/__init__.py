@@ -4,7 +4,7 @@ See :mod:`testbed.sim.fabric` (topology, link elements, counters) and
 :mod:`testbed.sim.driver` (the event loop that drives sans-I/O endpoints).
 """
 
-from testbed.sim.driver import Endpoint, EventBudgetExceeded, Simulator, TraceFn
+from testbed.sim.driver import Endpoint, EventBudgetExceeded, Simulator
 from testbed.sim.fabric import (
     DROP_REASONS,
     LINK_KINDS,
@@ -14,6 +14,7 @@ from testbed.sim.fabric import (
     LinkKind,
     LinkSpec,
     Packet,
+    TraceFn,
 )
 
 __all__ = [

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from heapq import heappop, heappush
 from typing import Any, Final, Protocol
 
-from testbed.sim.fabric import Fabric, Link, Packet
+from testbed.sim.fabric import Fabric, Link, Packet, TraceFn
 from transport.datagram import RxInfo, TxPath
 from wire.constants import Dscp, trim_point
 
@@ -24,10 +24,6 @@ _CONN_ID: Final = struct.Struct("!I")
 _TRIMMED: Final = int(Dscp.TRIMMED)
 _TRIMMED_LAST_HOP: Final = int(Dscp.TRIMMED_LAST_HOP)
 
-#: ``trace(event, now, packet, link, reason)``; event is one of "sent",
-#: "trimmed", "marked", "dropped" (reason: buffer/loss/gray/down/unroutable),
-#: "delivered". ``link`` is None for "sent", the downlink for "delivered".
-TraceFn = Callable[[str, float, Packet, "Link | None", str], None]
 
 
 class Endpoint(Protocol):

@@ -21,13 +21,11 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from wire.constants import CONTROL_TYPES
-
-if TYPE_CHECKING:
-    from testbed.sim.driver import Simulator
 
 LinkKind = Literal["uplink", "spine", "downlink"]
 LINK_KINDS: Final[tuple[LinkKind, ...]] = ("uplink", "spine", "downlink")
@@ -36,6 +34,18 @@ DROP_REASONS: Final = ("buffer", "loss", "gray", "down")
 #: Second byte of a v1 datagram for types that are served by the priority queue.
 CONTROL_TYPE_BYTES: Final = frozenset(int(t) for t in CONTROL_TYPES)
 _ROUTE_CACHE_MAX: Final = 1 << 16
+
+#: ``trace(event, now, packet, link, reason)``; event is one of "sent",
+#: "trimmed", "marked", "dropped" (reason: buffer/loss/gray/down/unroutable),
+#: "delivered". ``link`` is None for "sent", the downlink for "delivered".
+TraceFn = Callable[[str, float, "Packet", "Link | None", str], None]
+
+
+class SimClock(Protocol):
+    """What links need of the simulator driving them (``testbed.sim.driver.Simulator``)."""
+
+    now: float
+    trace: TraceFn | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +337,7 @@ class Fabric:
         self.overhead = spec.overhead
         self.rng = random.Random(spec.seed)
         #: Set by the Simulator that drives this fabric.
-        self.sim: Simulator | None = None
+        self.sim: SimClock | None = None
         self._uplinks: dict[tuple[str, int], Link] = {}
         self._downlinks: dict[tuple[str, int], Link] = {}
         self._spinelinks: dict[tuple[str, int, int], Link] = {}

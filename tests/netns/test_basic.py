@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from netns_helpers import links_root, ns_list, udptool
 
+from testbed.errors import TestbedError
 from testbed.fabric import Testbed
-from tools.errors import UserError
 
 SPEC = {"hosts": 2, "planes": 2, "link": {"rate": "100mbit"}}
 
@@ -48,7 +48,7 @@ def test_up_exec_down_leaves_nothing(run_root: Path, unique_name: str) -> None:
 def test_up_refuses_live_name_and_down_after_crash(run_root: Path, unique_name: str) -> None:
     tb = Testbed.up(SPEC, name=unique_name, run_root=run_root)
     try:
-        with pytest.raises(UserError, match="already up"):
+        with pytest.raises(TestbedError, match="already up"):
             Testbed.up(SPEC, name=unique_name, run_root=run_root)
     finally:
         # simulate a crash: forget the object, tear down from the run dir only

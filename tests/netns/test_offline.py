@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from testbed.element import checksum, mark_ce, trim_frame
+from testbed.errors import TestbedError
 from testbed.faults import load_timeline, parse_fault
 from testbed.topology import load
 from testbed.udptool import braid_like_data
-from tools.errors import UserError
 from wire.constants import UDP_PORT, Dscp, trim_point
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -42,7 +42,7 @@ def test_demo_timeline_loads() -> None:
 def test_bad_topology_names_key(tmp_path: Path, text: str, key: str, line: int | None) -> None:
     f = tmp_path / "bad.toml"
     f.write_text(text)
-    with pytest.raises(UserError) as info:
+    with pytest.raises(TestbedError) as info:
         load(f)
     msg = str(info.value)
     assert f"key '{key}'" in msg
@@ -53,7 +53,7 @@ def test_bad_topology_names_key(tmp_path: Path, text: str, key: str, line: int |
 def test_invalid_toml_gives_line(tmp_path: Path) -> None:
     f = tmp_path / "bad.toml"
     f.write_text("hosts = 2\nplanes = = 2\n")
-    with pytest.raises(UserError, match=r"line 2"):
+    with pytest.raises(TestbedError, match=r"line 2"):
         load(f)
 
 
@@ -68,14 +68,14 @@ def test_fault_grammar(text: str) -> None:
 @pytest.mark.parametrize("text", ["plane x down", "link h0:p0 loss 120%", "link h0:p0 gray",
                                   "spine 1 plane 0 down", "link h0:p0 flap 1ms for 1h"])
 def test_bad_fault(text: str) -> None:
-    with pytest.raises(UserError):
+    with pytest.raises(TestbedError):
         parse_fault(text)
 
 
 def test_timeline_error_names_line(tmp_path: Path) -> None:
     f = tmp_path / "tl.txt"
     f.write_text("at 1 plane 0 down\n\nat 2 plane 0 explode\n")
-    with pytest.raises(UserError, match=r"tl.txt:3:"):
+    with pytest.raises(TestbedError, match=r"tl.txt:3:"):
         load_timeline(f)
 
 

@@ -197,7 +197,9 @@ def test_sigterm_drains_queued_data(daemons: tuple[Host, Host]) -> None:
     got, results = run(main())  # type: ignore[misc]
     assert all(isinstance(r, dict) and r["event"] == "acked" for r in results), results
     assert sorted(got) == sorted(msgs)
-    assert a.stop() == 0
+    # It exits on its own (a second SIGTERM from stop() could land after its
+    # handlers are gone, at the very end, and read as "killed").
+    assert a.proc is not None and a.proc.wait(30) == 0
     assert a.log is not None
     log = a.log.read_text()
     assert "event=shutdown_requested cause=SIGTERM" in log

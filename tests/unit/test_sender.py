@@ -96,3 +96,19 @@ def test_rto_sweeps_everything_in_flight() -> None:
     assert s.consecutive_rtos == 1 and s.rto_backoff == 1 and s.rto_events == 1
     assert s.sweep_inflight() == young
     assert s.bytes_in_flight == 0 and len(s.retx_queue) == 3
+
+
+def test_cancel_withdraws_only_messages_not_started() -> None:
+    from transport.sender import Sender
+
+    s = Sender(payload_size=100, initial_rtt=1e-3, min_rto=1e-3, max_rto=1.0,
+               reorder_fraction=0.25, ack_delay=1e-4, psn_window=1 << 16)
+    first, second, third = s.enqueue(bytes(250)), s.enqueue(bytes(10)), s.enqueue(bytes(10))
+    got = s.next_packet()
+    assert got is not None and got[0].msg_id == first
+    assert not s.cancel(first)  # started: it is finished, never left half-sent
+    assert s.cancel(third) and not s.cancel(third)
+    ids = []
+    while (nxt := s.next_packet()) is not None:
+        ids.append(nxt[0].msg_id)
+    assert ids == [first, first, second]

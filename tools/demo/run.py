@@ -254,8 +254,8 @@ def _last_json(path: Path) -> dict[str, Any] | None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from tools.cmd_demo import DEFAULT_SIZE, QUICK_SIZE
     from tools.cmd_transfer import parse_size
+    from tools.demo import DEFAULT_SIZE, QUICK_SIZE
 
     if os.geteuid() != 0:
         raise UserError("braid demo needs root (it builds network namespaces); run it with sudo")
