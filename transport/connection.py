@@ -332,6 +332,8 @@ class Connection:
 
     def _on_sack(self, sack: Sack, flags: int, now: float) -> None:
         res = self.sender.on_sack(sack, now=now, now_us=_us(now))
+        if res.rtt is not None:
+            self.health.set_rtt(self.sender.rtt.srtt, self.config.ack_delay)
         ecn = bool(flags & _ECN_ECHO)
         self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
                              sampled=res.sampled, rtt=res.rtt)
@@ -384,7 +386,7 @@ class Connection:
                 self.trims_fabric += 1
             self.cc.on_nack(now=now, trimmed_bytes=p.length, last_hop=last_hop)
             if p.ev is not None:
-                self.health.on_trim(p.ev, now, last_hop=last_hop)
+                self.health.on_trim(p.ev, now, last_hop=last_hop, sent=p.sent_time)
             self._note_ev_changes()
         elif nack.reason == NackReason.OUT_OF_WINDOW:
             self._drop("nack_out_of_window")
@@ -456,7 +458,7 @@ class Connection:
         s = self.sender
         cands = [
             self.receiver.timer(), s.loss_timer(), s.rto_deadline(), self.paths.next_timer(),
-            self._close_deadline,
+            self._close_deadline, s.tlp_deadline(),
         ]
         if s.has_pending:
             cands.append(s.last_progress + self.config.idle_fail_timeout)
@@ -490,6 +492,9 @@ class Connection:
         lt = s.loss_timer()
         if lt is not None and now >= lt:
             self._on_lost(s.detect_losses(now), now, timeout=False)
+        tlp = s.tlp_deadline()
+        if tlp is not None and now >= tlp:
+            s.on_tlp(now)
         rd = s.rto_deadline()
         if rd is not None and now >= rd:
             expired = s.on_rto(now)
@@ -557,6 +562,7 @@ class Connection:
             )
             out.append((dgram, TxPath(ev.plane, ev.value, _DSCP_RETX if retx else _DSCP_DATA)))
             s.on_sent(p, ev=ev, ev_key=(ev.plane << 16) | ev.value, now=now, timestamp=ts)
+            self.health.on_sent(ev, now)
             cc.on_sent(now=now, size=len(payload))
             budget -= 1
         return out

@@ -8,6 +8,11 @@ spraying — aioquic #42, quinn #2711):
 - time (RACK-like): a packet is lost if something sent after it was
   acknowledged and it has been out longer than its path's RTT plus a reorder
   window;
+- a tail-loss probe (after TLP, RFC 8985): when nothing has come back for
+  two smoothed RTTs plus the ACK delay, the newest packet in flight is sent
+  again (on another EV), so a lost last packet — nothing sent after it to be
+  acknowledged — costs about 3 RTTs, not an RTO; at most ``MAX_TLPS`` per
+  silence before the RTO takes over;
 - RTO with exponential backoff as the last resort;
 - a trimmed-header NACK retransmits at once.
 Retransmissions keep their PSN (the receiver's cumulative PSN must be able to
@@ -25,6 +30,8 @@ from wire.packets import Sack
 
 #: How far a SACK's bitmap reaches.
 _BITMAP_BITS = 64
+#: Tail-loss probes per silence (progress resets the count).
+MAX_TLPS = 2
 
 
 @dataclass(slots=True, eq=False)
@@ -44,6 +51,9 @@ class SentPacket:
     #: Was the acknowledged transmission known? (False: a retransmitted packet
     #: acked without an echo naming which copy arrived — Karn's problem.)
     ack_exact: bool = True
+    #: Resent by a tail-loss probe: an earlier copy arriving is no sign of
+    #: reordering (the probe was a guess), so it must not widen the window.
+    tlp: bool = False
 
 
 @dataclass(slots=True)
@@ -127,6 +137,8 @@ class Sender:
         self.lost_by_time = 0
         self.lost_by_rto = 0
         self.rto_events = 0
+        self.tlp_probes = 0
+        self._tlps = 0
         self.nacks = 0
         self.bytes_acked = 0
 
@@ -203,11 +215,13 @@ class Sender:
             # We called it lost, it was only late: no resend needed.
             del self._lost[p.psn]
             self.retx_queue.remove(p)
-            self._spurious()
+            if not p.tlp:
+                self._spurious()
         else:
             del self.inflight[p.psn]
             self.bytes_in_flight -= p.length
-            if p.transmissions > 1 and echo_ts is not None and echo_ts != p.timestamp:
+            if (p.transmissions > 1 and echo_ts is not None and echo_ts != p.timestamp
+                    and not p.tlp):
                 self._spurious()  # an older copy arrived: the resend was not needed
         if p.transmissions == 1 and self.reorder_extra:
             self.reorder_extra *= 0.998
@@ -290,6 +304,7 @@ class Sender:
             self.last_progress = now
             self.rto_backoff = 0
             self.consecutive_rtos = 0
+            self._tlps = 0
         res.lost = self.detect_losses(now)
         return res
 
@@ -344,6 +359,27 @@ class Sender:
         self.bytes_in_flight -= p.length
         # Served before the rest of the retransmissions: the receiver is waiting.
         self.retx_queue.appendleft(p)
+        return p
+
+    def tlp_deadline(self) -> float | None:
+        """When to send a tail-loss probe: two smoothed RTTs plus the ACK
+        delay after the later of the newest send and the last progress."""
+        if not self.inflight or self.retx_queue or self._tlps >= MAX_TLPS:
+            return None
+        newest = next(reversed(self.inflight.values()))
+        since = max(newest.sent_time, self.last_progress)
+        return since + 2 * self.rtt.srtt + self.ack_delay
+
+    def on_tlp(self, now: float) -> SentPacket | None:
+        """The probe timer fired: queue the newest packet in flight for
+        resending. Not a loss (no congestion or path penalty follows)."""
+        if not self.inflight:
+            return None
+        p = next(reversed(self.inflight.values()))
+        self._mark_lost(p)
+        p.tlp = True
+        self._tlps += 1
+        self.tlp_probes += 1
         return p
 
     def rto(self) -> float:
