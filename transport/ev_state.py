@@ -248,8 +248,13 @@ class EvSet:
         #: Every state change as (ev, old, new), for whoever reports them
         #: (the connection drains it into events); bounded by its reader.
         self.changes: list[tuple[Ev, EvState, EvState]] = []
-        #: Every whole-plane park as (time, plane), oldest first (bounded).
-        self.park_log: list[tuple[float, int]] = []
+        #: Every whole-plane park as (time, plane, smoothed RTT then), oldest
+        #: first (bounded): what benchmarks measure liveness with.
+        self.park_log: list[tuple[float, int, float]] = []
+        #: The connection's smoothed RTT (``set_rtt``; base_rtt until then).
+        self.srtt = base_rtt
+        #: Newest answered send time over all planes.
+        self._newest_answer = -math.inf
 
     # -- lookup ------------------------------------------------------------------
 
@@ -329,6 +334,8 @@ class EvSet:
     def set_rtt(self, srtt: float, ack_delay: float = 0.0) -> None:
         """The connection's measured smoothed RTT: scales ``plane_silence``
         (unless it was fixed at construction)."""
+        if srtt > 0:
+            self.srtt = srtt
         if not self._silence_fixed and srtt > 0:
             self.plane_silence = PLANE_SILENCE_RTTS * srtt + ack_delay
 
@@ -349,6 +356,8 @@ class EvSet:
         plane = self._planes[ev.plane]
         plane.last_heard = now
         sent = now if sent is None else sent
+        if sent > self._newest_answer:
+            self._newest_answer = sent
         if sent > plane.answered_sent:
             plane.answered_sent = sent
             q = plane.unanswered
@@ -446,11 +455,14 @@ class EvSet:
         if not (many_bad or silent):
             return
         # One unanswered send is weak evidence (a random loss looks the same):
-        # probe first (the probe is a second send). Two sends unanswered for
-        # ``plane_silence`` is a plane that stopped answering. (No send
-        # recorded at all: the caller reports losses only; trust them.)
+        # probe first (the probe is a second send, given ``plane_silence`` to
+        # be answered). Two sends unanswered is a plane that stopped
+        # answering. (No send recorded at all: the caller reports losses
+        # only; trust them.)
         q = plane.unanswered
-        strong = many_bad or not q or (len(q) >= 2 and now >= q[1] + self.plane_silence)
+        probe = plane.liveness_probe_at
+        strong = many_bad or not q or (
+            len(q) >= 2 and (probe is None or now >= probe + self.plane_silence))
         if strong and any(p.state is PlaneState.UP for p in self._planes if p is not plane):
             self._park(plane, now)
             return
@@ -479,18 +491,21 @@ class EvSet:
 
     def _silence_deadline(self, plane: _Plane) -> float | None:
         """When the plane counts as silent: ``plane_silence`` after its oldest
-        unanswered send, if a packet sent after its newest answered one was
-        lost (None: no such loss)."""
-        if plane.loss_sent <= plane.answered_sent:
+        unanswered send, if there is evidence beyond time alone: a packet sent
+        after its newest answered one was declared lost, or another plane
+        answered a packet sent later (the plane-level form of the time rule,
+        without waiting for the reorder window of per-packet loss
+        inference). None: no such evidence."""
+        q = plane.unanswered
+        if plane.loss_sent <= plane.answered_sent and not (q and self._newest_answer > q[0]):
             return None
-        start = plane.unanswered[0] if plane.unanswered else plane.loss_sent
-        return start + self.plane_silence
+        return (q[0] if q else plane.loss_sent) + self.plane_silence
 
     def _park(self, plane: _Plane, now: float) -> None:
         plane.state = PlaneState.PARKED
         plane.parks += 1
         if len(self.park_log) < 4096:
-            self.park_log.append((now, plane.index))
+            self.park_log.append((now, plane.index, self.srtt))
         plane.parked_at = now
         plane.liveness_probes_due = 0
         plane.liveness_probe_at = None

@@ -108,9 +108,11 @@ class _PlaneWatch:
         health.on_acked = on_acked  # type: ignore[method-assign]
 
 
-def _parked_at(a: Peer, plane: int, after: float) -> float | None:
-    """When ``plane`` was first parked at or after ``after`` (None: never)."""
-    return next((t for t, p in a.conn.paths.ev_set.park_log if p == plane and t >= after), None)
+def _parked_at(a: Peer, plane: int, after: float) -> tuple[float, float] | None:
+    """When ``plane`` was first parked at or after ``after``, and the smoothed
+    RTT then (None: never)."""
+    return next(((t, srtt) for t, p, srtt in a.conn.paths.ev_set.park_log
+                 if p == plane and t >= after), None)
 
 
 def _run(*, client: str, setup: Callable[[Simulator, Fabric, Peer, Peer, dict[str, Any]], None],
@@ -186,9 +188,9 @@ def scenario_compound(*, client: str = "one", direction: str = "data",
     srtt: float = r["srtt"]
     parked_rtts: list[float | None] = []
     for p in range(1, 4):
-        t = _parked_at(a, p, die)
+        park = _parked_at(a, p, die)
         last = r["watch"].answered_sent[p]
-        parked_rtts.append(None if t is None else (t - last) / srtt)
+        parked_rtts.append(None if park is None else (park[0] - last) / park[1])
     gap = _gap_after(r, die)
     r.update({
         "client": client, "direction": direction,
@@ -252,12 +254,12 @@ def scenario_app_limited(*, client: str = "one", count: int = 400, msg_size: int
     die = r["marks"]["die"]
     es = a.conn.paths.ev_set
     healthy_parks = sum(es._planes[p].parks for p in range(3))
-    t = _parked_at(a, 3, die)
+    park = _parked_at(a, 3, die)
     first = min((u for u in _sends_on(r, 3) if u >= die), default=None)
     r.update({
         "client": client, "healthy_plane_parks": healthy_parks,
-        "dead_parked_after_rtts": None if t is None or first is None
-        else (t - first) / r["srtt"],
+        "dead_parked_after_rtts": None if park is None or first is None
+        else (park[0] - first) / park[1],
         "completion_over_ideal": r["seconds"] / (count * interval),
     })
     return r
