@@ -493,9 +493,8 @@ class Connection:
         if lt is not None and now >= lt:
             self._on_lost(s.detect_losses(now), now, timeout=False)
         tlp = s.tlp_deadline()
-        if tlp is not None and now >= tlp:
-            s.on_tlp(now)
-        rd = s.rto_deadline()
+        probed = tlp is not None and now >= tlp and bool(s.on_tlp(now))
+        rd = None if probed else s.rto_deadline()  # the probe goes out first
         if rd is not None and now >= rd:
             expired = s.on_rto(now)
             if expired:

@@ -34,6 +34,7 @@ class PathHealth:
         self.plane_heard: list[float] = [now] * planes
         self._probes: dict[int, tuple[Ev, float]] = {}
         self._next_probe_id = 1
+        self._resort_cursor = 0
         self.probes_sent = 0
         self.stale_probe_acks = 0
 
@@ -109,7 +110,9 @@ class PathHealth:
         exists: moved off a suspect plane at random, it would often land on
         another dead one (three of four, after a compound fault)."""
         ev = self.paths.next_ev(now, avoid)
-        if avoid is None or ev is None or self._fresh(ev.plane, now, srtt):
+        if ev is None:
+            return self._last_resort(now)
+        if avoid is None or self._fresh(ev.plane, now, srtt):
             return ev
         if not any(self._fresh(p, now, srtt) for p in range(self.planes)
                    if self.paths.plane_state(p).value == "up"):
@@ -121,6 +124,23 @@ class PathHealth:
             if self._fresh(alt.plane, now, srtt):
                 return alt
         return ev
+
+    def _last_resort(self, now: float) -> Ev | None:
+        """No GOOD EV anywhere, but a plane is still up (the last live plane is
+        never parked without a failed probe, yet its EVs can each have gone
+        ASSUMED_BAD on a gray path): keep sending on them, in turn, rather
+        than stall until probes bring them back one by one."""
+        evs = self.paths.ev_set.evs
+        n = len(evs)
+        for k in range(n):
+            ev = evs[(self._resort_cursor + k) % n]
+            if ev.state.value == "assumed_bad" and \
+                    self.paths.plane_state(ev.plane).value == "up":
+                self._resort_cursor = (ev.index + 1) % n
+                ev.sent += 1
+                ev.last_sent = now
+                return ev
+        return None
 
     # -- probes ------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ spraying — aioquic #42, quinn #2711):
   acknowledged and it has been out longer than its path's RTT plus a reorder
   window;
 - a tail-loss probe (after TLP, RFC 8985): when nothing has come back for
-  two smoothed RTTs plus the ACK delay, the newest packet in flight is sent
-  again (on another EV), so a lost last packet — nothing sent after it to be
+  two smoothed RTTs plus the ACK delay, the newest two packets in flight are
+  sent again (on other EVs), so a lost last packet — nothing sent after it to be
   acknowledged — costs about 3 RTTs, not an RTO; at most ``MAX_TLPS`` per
   silence before the RTO takes over;
 - RTO with exponential backoff as the last resort;
@@ -31,7 +31,9 @@ from wire.packets import Sack
 #: How far a SACK's bitmap reaches.
 _BITMAP_BITS = 64
 #: Tail-loss probes per silence (progress resets the count).
-MAX_TLPS = 2
+MAX_TLPS = 4
+#: Packets resent by one tail-loss probe.
+TLP_PACKETS = 2
 
 
 @dataclass(slots=True, eq=False)
@@ -370,25 +372,36 @@ class Sender:
         since = max(newest.sent_time, self.last_progress)
         return since + 2 * self.rtt.srtt + self.ack_delay
 
-    def on_tlp(self, now: float) -> SentPacket | None:
-        """The probe timer fired: queue the newest packet in flight for
-        resending. Not a loss (no congestion or path penalty follows)."""
-        if not self.inflight:
-            return None
-        p = next(reversed(self.inflight.values()))
-        self._mark_lost(p)
-        p.tlp = True
-        self._tlps += 1
-        self.tlp_probes += 1
-        return p
+    def on_tlp(self, now: float) -> list[SentPacket]:
+        """The probe timer fired: queue the newest ``TLP_PACKETS`` packets in
+        flight for resending. Each elicits a SACK, so one lost probe or SACK
+        (a gray path loses either) does not leave the tail to the RTO. Not a
+        loss: no congestion or path penalty follows."""
+        out: list[SentPacket] = []
+        for p in reversed(self.inflight.values()):
+            out.append(p)
+            if len(out) >= TLP_PACKETS:
+                break
+        for p in reversed(out):
+            self._mark_lost(p)
+            p.tlp = True
+        if out:
+            self._tlps += 1
+            self.tlp_probes += 1
+        return out
 
     def rto(self) -> float:
         base = max(self.min_rto, self.rtt.srtt + 4 * self.rtt.rttvar + self.ack_delay)
         return min(self.max_rto, base * (1 << self.rto_backoff))
 
     def rto_deadline(self) -> float | None:
+        """The RTO waits for the tail-loss probes still allowed (as RACK-TLP
+        re-arms the RTO after a probe): a probe is cheaper, and an RTO cuts
+        the window and penalises paths."""
         for p in self.inflight.values():
-            return p.sent_time + self.rto()
+            deadline = p.sent_time + self.rto()
+            tlp = self.tlp_deadline()
+            return deadline if tlp is None or tlp < deadline else tlp + self.rtt.srtt
         return None
 
     def on_rto(self, now: float) -> list[SentPacket]:
