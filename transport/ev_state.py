@@ -168,6 +168,9 @@ class _Plane:
     liveness_probe_at: float | None = None
     liveness_probes_due: int = 0
     liveness_due_at: float = -math.inf
+    #: EVs (by index) that lost packets since the plane was last heard from
+    #: (the rule for callers that record no sends).
+    lossy: set[int] = field(default_factory=set)
     probe_cursor: int = 0
     parks: int = 0
     parked_at: float = -math.inf
@@ -192,9 +195,11 @@ class EvSet:
     sample); a number fixes it. The last plane still up is never parked on
     this evidence alone: it is probed (``plane_probe_evs`` probes) and parked
     only if none is answered within ``plane_silence``. A parked plane is
-    probed through ``plane_probe_evs`` EVs at a time. (``plane_loss_evs`` is
-    accepted for compatibility and no longer used: a distinct-EV count made
-    a plane with few packets in flight wait for many timeouts.)
+    probed through ``plane_probe_evs`` EVs at a time. A caller that records
+    no sends (``on_sent``) gets the older rule: ``plane_loss_evs`` distinct
+    EVs lost packets and nothing was heard for ``plane_silence`` (a
+    distinct-EV count alone makes a plane with little in flight wait for
+    many timeouts, which is why the connection records its sends).
     """
 
     def __init__(
@@ -355,6 +360,8 @@ class EvSet:
         ``sent`` (None: unknown, taken as ``now``)."""
         plane = self._planes[ev.plane]
         plane.last_heard = now
+        if plane.lossy:
+            plane.lossy.clear()
         sent = now if sent is None else sent
         if sent > self._newest_answer:
             self._newest_answer = sent
@@ -411,6 +418,7 @@ class EvSet:
         plane = self._planes[ev.plane]
         if sent > plane.loss_sent:
             plane.loss_sent = sent
+        plane.lossy.add(ev.index)
         if plane.state is PlaneState.UP:
             self._check_plane(plane, now)
 
@@ -497,9 +505,17 @@ class EvSet:
         without waiting for the reorder window of per-packet loss
         inference). None: no such evidence."""
         q = plane.unanswered
-        if plane.loss_sent <= plane.answered_sent and not (q and self._newest_answer > q[0]):
+        if not q:
+            # No send recorded (a caller that reports losses only): the
+            # older rule, losses on ``plane_loss_evs`` distinct EVs and
+            # nothing heard for ``plane_silence``.
+            if len(plane.lossy) < min(self.plane_loss_evs, len(plane.evs)):
+                return None
+            return plane.last_heard + self.plane_silence
+        lost_unanswered = plane.loss_sent > plane.answered_sent and plane.loss_sent >= q[0]
+        if not (lost_unanswered or self._newest_answer > q[0]):
             return None
-        return (q[0] if q else plane.loss_sent) + self.plane_silence
+        return q[0] + self.plane_silence
 
     def _park(self, plane: _Plane, now: float) -> None:
         plane.state = PlaneState.PARKED
@@ -510,6 +526,7 @@ class EvSet:
         plane.liveness_probes_due = 0
         plane.liveness_probe_at = None
         plane.unanswered.clear()
+        plane.lossy.clear()
         for ev in plane.evs:
             self._apply(ev, EvEvent.PLANE_DOWN)
             self._stop_probing(ev)
@@ -541,6 +558,7 @@ class EvSet:
         # Sends before the park were answered or lost: start afresh.
         plane.answered_sent = now
         plane.unanswered.clear()
+        plane.lossy.clear()
         plane.liveness_probes_due = 0
         plane.liveness_probe_at = None
         for ev in plane.evs:
