@@ -190,7 +190,9 @@ class EvSet:
     ``plane_silence`` old. Time since an unanswered send (not since anything
     was last heard, which counts idle time and late answers to older
     packets) makes the rule independent of traffic volume: one packet in
-    flight is evidence enough. ``plane_silence`` defaults to 3 measured
+    flight is evidence enough: ``plane_silent_sends`` unanswered sends park
+    the plane at once, fewer only after a probe of it failed (one lost SACK
+    leaves several sends unanswered). ``plane_silence`` defaults to 3 measured
     smoothed RTTs plus the ACK delay (``set_rtt``; 3 x base_rtt before any
     sample); a number fixes it. The last plane still up is never parked on
     this evidence alone: it is probed (``plane_probe_evs`` probes) and parked
@@ -215,6 +217,7 @@ class EvSet:
         plane_loss_evs: int = 4,
         plane_silence: float | None = None,
         plane_probe_evs: int = 2,
+        plane_silent_sends: int = 5,
         skip_rotations: int = 12,
     ) -> None:
         if planes < 1 or evs_per_plane < 1:
@@ -236,6 +239,7 @@ class EvSet:
         self.plane_silence = (PLANE_SILENCE_RTTS * base_rtt if plane_silence is None
                               else plane_silence)
         self.plane_probe_evs = max(1, plane_probe_evs)
+        self.plane_silent_sends = max(1, plane_silent_sends)
 
         values = random.Random(seed).sample(range(65536), planes * evs_per_plane)
         self.evs: list[Ev] = [
@@ -462,15 +466,16 @@ class EvSet:
         silent = deadline is not None and now >= deadline
         if not (many_bad or silent):
             return
-        # One unanswered send is weak evidence (a random loss looks the same):
-        # probe first (the probe is a second send, given ``plane_silence`` to
-        # be answered). Two sends unanswered is a plane that stopped
-        # answering. (No send recorded at all: the caller reports losses
-        # only; trust them.)
+        # A few unanswered sends are weak evidence (one lost SACK covers up
+        # to ack_every packets): probe first (the probe is one more send,
+        # given ``plane_silence`` to be answered). ``plane_silent_sends`` or
+        # more is a plane that stopped answering. (No send recorded at all:
+        # the caller reports losses only; trust them.)
         q = plane.unanswered
         probe = plane.liveness_probe_at
         strong = many_bad or not q or (
-            len(q) >= 2 and (probe is None or now >= probe + self.plane_silence))
+            len(q) >= self.plane_silent_sends
+            and (probe is None or now >= probe + self.plane_silence))
         if strong and any(p.state is PlaneState.UP for p in self._planes if p is not plane):
             self._park(plane, now)
             return

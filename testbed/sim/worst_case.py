@@ -227,9 +227,9 @@ def scenario_last_plane(*, client: str = "one", size: int = 4 << 20,
     return r
 
 
-def scenario_app_limited(*, client: str = "one", count: int = 400, msg_size: int = 4096,
+def scenario_app_limited(*, client: str = "one", count: int = 1000, msg_size: int = 4096,
                          seed: int = 14, loss: float = 0.02,
-                         interval_rtts: float = 20.0) -> dict[str, Any]:
+                         interval_rtts: float = 2.0) -> dict[str, Any]:
     """(m) An application-limited sender: one ``msg_size`` message every
     ``interval_rtts`` base RTTs (``pipelined``: it does not wait for the ACK),
     ``loss`` random loss on every spine; plane 3 dies silently halfway. A
