@@ -39,6 +39,10 @@ class ConnectionConfig:
     handshake_timeout: float = 2.0
     #: Max PSN distance the receiver tracks above its cumulative PSN.
     psn_window: int = 1 << 16
+    #: First PSN of the connection (0..2**32-1). PSNs are 32 bits on the wire
+    #: and wrap; both ends must use the same value (the handshake does not
+    #: carry it). A test knob: start near 2**32 to cross the wrap early.
+    initial_psn: int = 0
     max_message_size: int = 1 << 31
     #: Largest burst datagrams_to_send() returns per call.
     max_burst: int = 64
@@ -54,3 +58,5 @@ class ConnectionConfig:
             raise ValueError("payload_size must be 64..65000")
         if self.ack_every < 1:
             raise ValueError("ack_every must be ≥ 1")
+        if not 0 <= self.initial_psn <= 0xFFFFFFFF:
+            raise ValueError("initial_psn must be 0..2**32-1")

@@ -30,6 +30,7 @@ from transport.events import (
 )
 from transport.path_health import PathHealth
 from transport.paths import PathPolicy, get_policy
+from transport.psn import wire as psn_wire
 from transport.receiver import Receiver
 from transport.sender import Sender, SentPacket
 from wire.codec import HandshakeCodec, Opener, Packet, Sealer, peek_untrusted
@@ -101,11 +102,11 @@ class Connection:
         self.sender = Sender(
             payload_size=c.payload_size, initial_rtt=c.initial_rtt, min_rto=c.min_rto,
             max_rto=c.max_rto, reorder_fraction=c.reorder_fraction, ack_delay=c.ack_delay,
-            psn_window=c.psn_window,
+            psn_window=c.psn_window, initial_psn=c.initial_psn,
         )
         self.receiver = Receiver(
             ack_every=c.ack_every, ack_delay=c.ack_delay, psn_window=c.psn_window,
-            max_message_size=c.max_message_size,
+            max_message_size=c.max_message_size, initial_psn=c.initial_psn,
         )
         self._events: deque[Event] = deque()
         self._control: list[tuple[bytes, TxPath]] = []
@@ -183,7 +184,7 @@ class Connection:
         if self.is_terminal:
             return
         if tell_peer and self._sealer is not None:
-            self._control.append((self._sealer.seal(Reset(code, self.sender.next_psn)),
+            self._control.append((self._sealer.seal(Reset(code, psn_wire(self.sender.next_psn))),
                                   self._ctl_path(0)))
         # The table draws the expected failing edges (docs/state-machines.md);
         # a failure is final from any state, so it is applied unconditionally.
@@ -303,7 +304,7 @@ class Connection:
         r = self.receiver
         if pkt.trimmed:
             last_hop = rx.dscp == Dscp.TRIMMED_LAST_HOP
-            if r.in_window(body.psn) and body.psn >= r.cum_psn:
+            if r.in_window(body.psn) and r.unwrap(body.psn) >= r.cum_psn:
                 nack = r.on_trimmed(body, last_hop=last_hop)
                 self._control.append((self._sealer.seal(nack), self._ctl_path(rx.plane)))
             return
@@ -393,7 +394,7 @@ class Connection:
 
     def _on_probe(self, probe: Probe, rx: RxInfo) -> None:
         assert self._sealer is not None
-        ack = ProbeAck(probe.probe_id, probe.ev, self.receiver.cum_psn, probe.timestamp,
+        ack = ProbeAck(probe.probe_id, probe.ev, psn_wire(self.receiver.cum_psn), probe.timestamp,
                        probe.plane)
         self._control.append((self._sealer.seal(ack), self._ctl_path(rx.plane)))
 
@@ -407,7 +408,7 @@ class Connection:
         assert self._sealer is not None
         if self.state is not ConnState.CLOSING:
             self._control.append((self._sealer.seal(Close(CloseReason.NORMAL,
-                                                          self.sender.next_psn)),
+                                                          psn_wire(self.sender.next_psn))),
                                   self._ctl_path(0)))
         pending = self.sender.has_pending
         self._transition(ConnEvent.CLOSE_RECEIVED)
@@ -429,7 +430,7 @@ class Connection:
     def _send_close(self, now: float) -> None:
         assert self._sealer is not None
         self._close_tries += 1
-        pkt = self._sealer.seal(Close(self._close_reason, self.sender.next_psn))
+        pkt = self._sealer.seal(Close(self._close_reason, psn_wire(self.sender.next_psn)))
         self._control.append((pkt, self._ctl_path(self._close_tries)))
         self._close_deadline = now + max(4 * self.sender.rtt.srtt, self.config.min_rto) * (
             1 << self._close_tries)
@@ -532,7 +533,8 @@ class Connection:
             return out
         sealer = self._sealer
         assert sealer is not None
-        self.health.send_probes(now, sealer, psn=self.sender.cum_acked, timestamp=_us(now),
+        self.health.send_probes(now, sealer, psn=psn_wire(self.sender.cum_acked),
+                                timestamp=_us(now),
                                 out=out)
         s, cc, cfg = self.sender, self.cc, self.config
         size = cfg.payload_size
@@ -556,7 +558,8 @@ class Connection:
             if not s.has_new_data and not s.retx_queue:
                 flags |= _ACK_REQ  # the tail: don't make the receiver wait
             dgram = sealer.seal_data(
-                psn=p.psn, ev=ev.value, plane=ev.plane, msg_id=p.msg_id, msg_offset=p.offset,
+                psn=p.psn & 0xFFFFFFFF, ev=ev.value, plane=ev.plane, msg_id=p.msg_id,
+                msg_offset=p.offset,
                 msg_len=p.msg_len, timestamp=ts, payload=payload, flags=flags,
             )
             out.append((dgram, TxPath(ev.plane, ev.value, _DSCP_RETX if retx else _DSCP_DATA)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from transport.psn import unwrap, wire
 from wire.constants import NackReason
 from wire.packets import Data, Nack, Sack
 
@@ -34,12 +35,13 @@ class Receiver:
     """PSN bookkeeping and reassembly; knows nothing of time except as given."""
 
     def __init__(self, *, ack_every: int, ack_delay: float, psn_window: int,
-                 max_message_size: int) -> None:
+                 max_message_size: int, initial_psn: int = 0) -> None:
         self.ack_every = ack_every
         self.ack_delay = ack_delay
         self.psn_window = psn_window
         self.max_message_size = max_message_size
-        self.cum_psn = 0
+        #: Next PSN expected in order (an unbounded integer: ``transport.psn``).
+        self.cum_psn = initial_psn
         self._above: set[int] = set()
         self._assembly: dict[int, _Assembly] = {}
         self._delivered: list[tuple[int, bytes]] = []
@@ -74,16 +76,21 @@ class Receiver:
             self._above.add(psn)
         return True
 
-    def in_window(self, psn: int) -> bool:
-        return psn < self.cum_psn + self.psn_window
+    def unwrap(self, wire_psn: int) -> int:
+        """A PSN read from a packet, as the integer nearest the cumulative PSN."""
+        return unwrap(wire_psn, self.cum_psn)
+
+    def in_window(self, wire_psn: int) -> bool:
+        return self.unwrap(wire_psn) < self.cum_psn + self.psn_window
 
     def on_data(self, body: Data, payload: bytes, *, ce: bool, now: float,
                 ack_req: bool) -> bool:
         """A full DATA packet; returns True if a SACK should go out at once."""
-        self._last = (body.psn, body.ev, body.timestamp, body.plane)
+        psn = unwrap(body.psn, self.cum_psn)
+        self._last = (psn, body.ev, body.timestamp, body.plane)
         if ce:
             self._ce_since_ack += 1
-        if not self._record(body.psn):
+        if not self._record(psn):
             # A duplicate means the sender did not hear our SACK: repeat it now.
             self.duplicates += 1
             return True
@@ -100,7 +107,6 @@ class Receiver:
             del self._assembly[body.msg_id]
             self._delivered.append((body.msg_id, bytes(asm.buf)))
         self._unacked += 1
-        psn = body.psn
         if self._pend_lo is None or psn < self._pend_lo:
             self._pend_lo = psn
         if self._ack_deadline is None:
@@ -115,12 +121,13 @@ class Receiver:
         else:
             self.trimmed_fabric += 1
         reason = NackReason.TRIMMED_LAST_HOP if last_hop else NackReason.TRIMMED
-        return Nack(body.psn, body.ev, self.cum_psn, body.timestamp, reason, body.plane)
+        return Nack(body.psn, body.ev, wire(self.cum_psn), body.timestamp, reason, body.plane)
 
     def out_of_window_nack(self, body: Data) -> Nack:
         self.out_of_window += 1
         return Nack(
-            body.psn, body.ev, self.cum_psn, body.timestamp, NackReason.OUT_OF_WINDOW, body.plane
+            body.psn, body.ev, wire(self.cum_psn), body.timestamp, NackReason.OUT_OF_WINDOW,
+            body.plane
         )
 
     # -- output ----------------------------------------------------------------
@@ -156,11 +163,12 @@ class Receiver:
                 bm = self._bitmap(start)
                 if bm:
                     first = start + ((bm & -bm).bit_length() - 1)
-                    out.append(AckDue(Sack(cum, start, bm, first, 0, 0, rwnd, 0, plane),
-                                      plane, False))
+                    out.append(AckDue(Sack(wire(cum), wire(start), bm, wire(first), 0, 0,
+                                           rwnd, 0, plane), plane, False))
                 start += _BITMAP_BITS
         ce = self._ce_since_ack
-        sack = Sack(cum, base, self._bitmap(base), psn, ev, ts, rwnd, min(ce, 0xFFFF), plane)
+        sack = Sack(wire(cum), wire(base), self._bitmap(base), wire(psn), ev, ts, rwnd,
+                    min(ce, 0xFFFF), plane)
         out.append(AckDue(sack, plane, ce > 0))
         self._unacked = 0
         self._ce_since_ack = 0

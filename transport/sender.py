@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from transport.psn import unwrap
 from wire.packets import Sack
 
 #: How far a SACK's bitmap reaches.
@@ -100,7 +101,7 @@ class Sender:
 
     def __init__(self, *, payload_size: int, initial_rtt: float, min_rto: float,
                  max_rto: float, reorder_fraction: float, ack_delay: float,
-                 psn_window: int) -> None:
+                 psn_window: int, initial_psn: int = 0) -> None:
         self.payload_size = payload_size
         self.min_rto = min_rto
         self.max_rto = max_rto
@@ -108,9 +109,10 @@ class Sender:
         self.ack_delay = ack_delay
         self.psn_window = psn_window
         self.rtt = RttEstimator(initial_rtt)
-        self.next_psn = 0
+        # PSNs are unbounded integers here, 32 bits on the wire (transport.psn).
+        self.next_psn = initial_psn
         self.next_msg_id = 1
-        self.cum_acked = 0
+        self.cum_acked = initial_psn
         self.inflight: dict[int, SentPacket] = {}
         self.bytes_in_flight = 0
         self.retx_queue: deque[SentPacket] = deque()
@@ -259,29 +261,31 @@ class Sender:
         res = AckResult()
         inflight = self.inflight
         lost = self._lost
+        cum_psn = unwrap(sack.cum_psn, self.cum_acked)
+        ack_psn = unwrap(sack.ack_psn, cum_psn)
         # The triggering packet first: its echo says which copy arrived.
-        p = inflight.get(sack.ack_psn)
+        p = inflight.get(ack_psn)
         if p is not None:
             self._ack(p, res, sack.echo_ts)
-        elif (p := lost.get(sack.ack_psn)) is not None:
+        elif (p := lost.get(ack_psn)) is not None:
             self._ack(p, res, sack.echo_ts, was_lost=True)
-        if sack.cum_psn > self.cum_acked:
+        if cum_psn > self.cum_acked:
             # PSNs below cum_psn: walk the in-flight table only over that range.
-            if sack.cum_psn - self.cum_acked <= len(inflight):
-                for psn in range(self.cum_acked, sack.cum_psn):
+            if cum_psn - self.cum_acked <= len(inflight):
+                for psn in range(self.cum_acked, cum_psn):
                     p = inflight.get(psn)
                     if p is not None:
                         self._ack(p, res)
                     elif (p := lost.get(psn)) is not None:
                         self._ack(p, res, was_lost=True)
             else:
-                for p in [q for q in inflight.values() if q.psn < sack.cum_psn]:
+                for p in [q for q in inflight.values() if q.psn < cum_psn]:
                     self._ack(p, res)
-                for p in [q for q in lost.values() if q.psn < sack.cum_psn]:
+                for p in [q for q in lost.values() if q.psn < cum_psn]:
                     self._ack(p, res, was_lost=True)
-            self.cum_acked = sack.cum_psn
+            self.cum_acked = cum_psn
         bm = sack.bitmap
-        base = sack.bitmap_base
+        base = unwrap(sack.bitmap_base, cum_psn)
         while bm:
             low = bm & -bm
             psn = base + low.bit_length() - 1
@@ -292,7 +296,7 @@ class Sender:
                 self._ack(p, res, was_lost=True)
             bm ^= low
         # RTT from the echoed timestamp of the packet that triggered the SACK.
-        sampled = next((q for q in res.newly_acked if q.psn == sack.ack_psn), None)
+        sampled = next((q for q in res.newly_acked if q.psn == ack_psn), None)
         if sampled is not None and sampled.timestamp == sack.echo_ts:
             rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
             if 0 < rtt < 60:
@@ -352,7 +356,9 @@ class Sender:
         self.retx_queue.append(p)
 
     def on_nack_trimmed(self, psn: int, echo_ts: int) -> SentPacket | None:
-        """A trimmed header: retransmit at once (if that transmission is still ours)."""
+        """A trimmed header: retransmit at once (if that transmission is still ours).
+        ``psn`` is the 32-bit PSN from the NACK."""
+        psn = unwrap(psn, self.cum_acked)
         p = self.inflight.get(psn)
         if p is None or p.timestamp != echo_ts:
             return None
