@@ -388,7 +388,8 @@ class Sender:
             out.append(p)
             if len(out) >= TLP_PACKETS:
                 break
-        for p in reversed(out):
+        out.reverse()  # oldest first, the order they are resent in
+        for p in out:
             self._mark_lost(p)
             p.tlp = True
         if out:
