@@ -54,7 +54,7 @@ def _start_client(sim: Simulator, a: Peer, data: bytes, msg_size: int, client: s
         def tick() -> None:
             if state["left"] <= 0 or a.failed is not None:
                 return
-            if client == "pipelined" or a.conn.sender.inflight == {} or not state["waiting"]:
+            if client == "pipelined" or not state["waiting"]:
                 nxt = next(it, None)
                 if nxt is not None:
                     a.conn.send_message(nxt)
@@ -113,6 +113,11 @@ def _parked_at(a: Peer, plane: int, after: float) -> tuple[float, float] | None:
     RTT then (None: never)."""
     return next(((t, srtt) for t, p, srtt in a.conn.paths.ev_set.park_log
                  if p == plane and t >= after), None)
+
+
+def _parks(a: Peer, plane: int) -> int:
+    parks: int = a.conn.paths.ev_set.snapshot()["planes"][plane]["parks"]
+    return parks
 
 
 def _run(*, client: str, setup: Callable[[Simulator, Fabric, Peer, Peer, dict[str, Any]], None],
@@ -198,7 +203,7 @@ def scenario_compound(*, client: str = "one", direction: str = "data",
         "worst_parked_after_rtts": max((x for x in parked_rtts if x is not None),
                                        default=None) if None not in parked_rtts else None,
         "max_gap": gap, "gap_limit": 10 * srtt + r["probe_interval"],
-        "plane0_parks": a.conn.paths.ev_set._planes[0].parks,
+        "plane0_parks": _parks(a, 0),
     })
     return r
 
@@ -220,7 +225,7 @@ def scenario_last_plane(*, client: str = "one", size: int = 4 << 20,
     srtt: float = r["srtt"]
     r.update({
         "client": client,
-        "plane0_parks": a.conn.paths.ev_set._planes[0].parks,
+        "plane0_parks": _parks(a, 0),
         "max_gap": _gap_after(r, r["start"] + 2e-3),
         "gap_limit": 10 * srtt + r["probe_interval"],
     })
@@ -252,8 +257,7 @@ def scenario_app_limited(*, client: str = "one", count: int = 1000, msg_size: in
              until=count * interval * 4 + 1.0, interval=interval)
     a: Peer = r["a"]
     die = r["marks"]["die"]
-    es = a.conn.paths.ev_set
-    healthy_parks = sum(es._planes[p].parks for p in range(3))
+    healthy_parks = sum(_parks(a, p) for p in range(3))
     park = _parked_at(a, 3, die)
     first = min((u for u in _sends_on(r, 3) if u >= die), default=None)
     r.update({

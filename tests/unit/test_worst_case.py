@@ -129,7 +129,8 @@ def test_idle_time_is_not_silence() -> None:
 
 def test_the_last_live_plane_needs_a_failed_probe() -> None:
     es = _silent_plane_set()
-    es._park(es._planes[0], 0.5)  # noqa: SLF001 - set up: plane 0 already parked
+    for bad in es.plane_evs(0):  # plane 0 is already parked
+        es.on_loss(bad, 0.5)
     ev = es.plane_evs(1)[0]
     for k in range(8):
         es.on_sent(ev, 1.0 + k * 1e-6)
@@ -164,8 +165,6 @@ def test_a_due_silence_deadline_always_acts() -> None:
 
 
 def test_every_deadline_advances_in_virtual_time() -> None:
-    es = _silent_plane_set()
-    ev = es.plane_evs(1)[0]
     for start in (1.0001, 1.1, 0.7000000000000001, 3.3):
         es = _silent_plane_set()
         ev = es.plane_evs(1)[0]
