@@ -116,7 +116,7 @@ class Connection:
         self._close_deadline: float | None = None
         self._close_tries = 0
         self._close_reason = CloseReason.NORMAL
-        self.health = PathHealth(self.paths, planes=c.planes, now=now)
+        self.health = PathHealth(self.paths, planes=c.planes, now=now, ack_every=c.ack_every)
         self._ctl_rr = 0
         self.sender.last_progress = now
         self.dropped: dict[str, int] = {}

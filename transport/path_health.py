@@ -26,9 +26,14 @@ _MAX_OUTSTANDING_PROBES = 4096
 
 
 class PathHealth:
-    def __init__(self, paths: PathPolicy, *, planes: int, now: float) -> None:
+    def __init__(self, paths: PathPolicy, *, planes: int, now: float,
+                 ack_every: int = 4) -> None:
         self.paths = paths
         self.planes = planes
+        # One lost SACK leaves up to ack_every sends unanswered: more than
+        # that is a plane that stopped answering.
+        es = paths.ev_set
+        es.plane_silent_sends = max(es.plane_silent_sends, ack_every + 1)
         self._score: dict[int, int] = {}
         #: Last time anything came back from each plane (ACK, trim NACK, probe).
         self.plane_heard: list[float] = [now] * planes
