@@ -458,9 +458,13 @@ class Connection:
             return self._hs_deadline
         s = self.sender
         cands = [
-            self.receiver.timer(), s.loss_timer(), s.rto_deadline(), self.paths.next_timer(),
-            self._close_deadline, s.tlp_deadline(),
+            self.receiver.timer(), s.loss_timer(), s.rto_deadline(), self._close_deadline,
+            s.tlp_deadline(),
         ]
+        if self.is_established:
+            # Probes go out only while established (datagrams_to_send): a due
+            # probe timer in any other state would fire again at once, forever.
+            cands.append(self.paths.next_timer())
         if s.has_pending:
             cands.append(s.last_progress + self.config.idle_fail_timeout)
         if (s.retx_queue or s.has_new_data) and self.cc.can_send(
