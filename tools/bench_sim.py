@@ -1,4 +1,4 @@
-"""``braid bench sim``: the core's scenarios (a)–(i) in the simulated fabric.
+"""``braid bench sim``: the core's scenarios (a)–(n) in the simulated fabric.
 
 The same runners the scenario tests assert on (testbed/sim/scenarios.py);
 virtual time, so the figures are deterministic and independent of this
@@ -12,13 +12,16 @@ import time
 from typing import Any
 
 from testbed.sim import scenarios as S
+from testbed.sim import worst_case as W
 from tools.bench_common import environment, markdown_table, progress, text_table, write_results
 
-HELP = "scenarios a-i of the connection core in the simulated fabric"
+HELP = "scenarios a-n of the connection core in the simulated fabric"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--only", default="", help="comma-separated scenario letters, e.g. a,c,i")
+    parser.add_argument("--only", default="",
+                        help="comma-separated scenario letters, e.g. a,c,k (k-n: issue 12's "
+                             "worst cases, each with both clients)")
 
 
 def _scenarios(quick: bool) -> dict[str, tuple[str, Any]]:
@@ -35,7 +38,29 @@ def _scenarios(quick: bool) -> dict[str, tuple[str, Any]]:
         "h": ("forged/tampered/replayed packets", S.scenario_hostile),
         "i": ("two colliding single paths vs spray", S.scenario_collision),
         "j": ("spine 0 of plane 0 reboots (data and SACKs)", S.scenario_spine_down),
+        **_worst_case(),
     }
+
+
+def _worst_case() -> dict[str, tuple[str, Any]]:
+    """Issue 12's worst cases, each with both clients (one message in flight,
+    pipelined)."""
+    out: dict[str, tuple[str, Any]] = {}
+    for c in W.CLIENTS:
+        for d in W.DIRECTIONS:
+            out[f"k-{c}-{d}"] = (
+                f"compound fault ({d} gray on plane 0, planes 1-3 die), {c} client",
+                lambda c=c, d=d: W.scenario_compound(client=c, direction=d))
+    for c in W.CLIENTS:
+        out[f"l-{c}"] = (f"last live plane with 30% ACK loss, {c} client",
+                         lambda c=c: W.scenario_last_plane(client=c))
+    for c in W.CLIENTS:
+        out[f"m-{c}"] = (f"application-limited, 2% loss, plane 3 dies, {c} client",
+                         lambda c=c: W.scenario_app_limited(client=c))
+    for c in W.CLIENTS:
+        out[f"n-{c}"] = (f"PSN wrap mid-transfer, 1% loss, {c} client",
+                         lambda c=c: W.scenario_psn_wrap(client=c))
+    return out
 
 
 def _fmt(v: Any) -> str:
@@ -64,6 +89,28 @@ def _figures(key: str, r: dict[str, Any]) -> dict[str, Any]:
         return {"ok": r["ok"], "goodput during/capacity": r["goodput_during_over_capacity"],
                 "goodput/capacity": r["goodput_over_capacity"], "RTOs": r["rtos"],
                 "retransmissions": r["retransmissions"], "spurious": r["spurious_losses"]}
+    if key.startswith("k-"):
+        return {"ok": r["ok"],
+                "dead planes parked after last answered send (srtt)":
+                    max(r["parked_after_rtts"]) if None not in r["parked_after_rtts"] else None,
+                "max gap (us)": r["max_gap"] * 1e6,
+                "limit 10 srtt + probe (us)": r["gap_limit"] * 1e6,
+                "RTOs": r["rtos"], "TLPs": r["tlps"], "srtt (us)": r["srtt"] * 1e6,
+                "completion (ms)": r["seconds"] * 1e3}
+    if key.startswith("l-"):
+        return {"ok": r["ok"], "plane 0 parks": r["plane0_parks"],
+                "max gap (us)": r["max_gap"] * 1e6,
+                "limit 10 srtt + probe (us)": r["gap_limit"] * 1e6,
+                "RTOs": r["rtos"], "TLPs": r["tlps"], "completion (ms)": r["seconds"] * 1e3}
+    if key.startswith("m-"):
+        return {"ok": r["ok"], "healthy plane parks": r["healthy_plane_parks"],
+                "dead plane parked after first unanswered send (srtt)":
+                    r["dead_parked_after_rtts"],
+                "completion/app-limited ideal": r["completion_over_ideal"], "RTOs": r["rtos"],
+                "TLPs": r["tlps"]}
+    if key.startswith("n-"):
+        return {"ok": r["ok"], "packets": r["packets"], "RTOs": r["rtos"],
+                "retransmissions": r["retransmissions"], "completion (ms)": r["seconds"] * 1e3}
     if key in ("e", "f"):
         return plain
     return plain
@@ -74,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     rows: list[list[str]] = []
     data: dict[str, Any] = {"environment": environment(), "scenarios": {}}
     for key, (title, fn) in _scenarios(args.quick).items():
-        if only and key not in only and key.rstrip("15") not in only:
+        if only and key not in only and key.rstrip("15") not in only \
+                and key.split("-")[0] not in only:
             continue
         progress(f"sim: scenario {key}: {title} ...")
         t0 = time.perf_counter()

@@ -195,14 +195,20 @@ class Client:
         return first, final
 
     async def submit(self, peer: str, data: bytes | memoryview) -> asyncio.Future[Any]:
-        """Queue ``data`` as one message to ``peer``; the future resolves when acked."""
+        """Queue ``data`` as one message to ``peer`` and return at once; the
+        future resolves (to the daemon's reply, with ``msg_id``) when the peer
+        acknowledged all of it. The streaming way: submit many, await later."""
         _, final = await self._request({"cmd": "send", "peer": peer}, bytes(data),
                                        two_phase=True)
         assert final is not None
         return final
 
     async def send(self, peer: str, data: bytes | memoryview) -> int:
-        """Send one message and wait until the peer acknowledged all of it; its id."""
+        """Send one message and wait until the peer acknowledged all of it; its id.
+
+        A loop over ``send`` keeps one message in flight: each waits a round
+        trip, throughput is message size / RTT and the transport sees a tiny
+        window. To stream, use ``submit`` and await the futures later."""
         reply = await (await self.submit(peer, data))
         return int(reply["msg_id"])
 

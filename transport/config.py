@@ -55,6 +55,10 @@ class ConnectionConfig:
     #: forgotten (its peer crashed or never closed); a later packet of it is
     #: answered with UNKNOWN_CONN and the peer reconnects. 0 = never.
     idle_timeout: float = 60.0
+    #: First PSN of the connection (0..2**32-1). PSNs are 32 bits on the wire
+    #: and wrap; both ends must use the same value (the handshake does not
+    #: carry it). A test knob: start near 2**32 to cross the wrap early.
+    initial_psn: int = 0
     #: Largest burst datagrams_to_send() returns per call.
     max_burst: int = 64
     #: Seed of EV selection and rotation (connections must not synchronise).
@@ -75,3 +79,5 @@ class ConnectionConfig:
             raise ValueError("max_message_size must be 0..recv_window")
         if self.half_open_timeout <= 0 or self.idle_timeout < 0:
             raise ValueError("half_open_timeout must be > 0 and idle_timeout ≥ 0")
+        if not 0 <= self.initial_psn <= 0xFFFFFFFF:
+            raise ValueError("initial_psn must be 0..2**32-1")

@@ -30,6 +30,7 @@ from transport.events import (
 )
 from transport.path_health import PathHealth
 from transport.paths import PathPolicy, get_policy
+from transport.psn import wire as psn_wire
 from transport.receiver import Receiver, SliceError
 from transport.sender import Sender, SentPacket
 from wire.codec import HandshakeCodec, Opener, Packet, Sealer, peek_untrusted
@@ -106,12 +107,13 @@ class Connection:
         self.sender = Sender(
             payload_size=c.payload_size, initial_rtt=c.initial_rtt, min_rto=c.min_rto,
             max_rto=c.max_rto, reorder_fraction=c.reorder_fraction, ack_delay=c.ack_delay,
-            psn_window=c.psn_window,
+            psn_window=c.psn_window, initial_psn=c.initial_psn,
         )
         self.receiver = Receiver(
             ack_every=c.ack_every, ack_delay=c.ack_delay, psn_window=c.psn_window,
             max_message_size=c.max_message_size, slice_size=c.payload_size,
             recv_window=c.recv_window, hold_delivered=c.hold_delivered,
+            initial_psn=c.initial_psn,
         )
         self._events: deque[Event] = deque()
         self._control: list[tuple[bytes, TxPath]] = []
@@ -121,7 +123,7 @@ class Connection:
         self._close_deadline: float | None = None
         self._close_tries = 0
         self._close_reason = CloseReason.NORMAL
-        self.health = PathHealth(self.paths, planes=c.planes, now=now)
+        self.health = PathHealth(self.paths, planes=c.planes, now=now, ack_every=c.ack_every)
         self._ctl_rr = 0
         self.sender.last_progress = now
         #: Last authenticated packet of the peer (responder expiry); a responder
@@ -196,7 +198,7 @@ class Connection:
         if self.is_terminal:
             return
         if tell_peer and self._sealer is not None:
-            self._control.append((self._sealer.seal(Reset(code, self.sender.next_psn)),
+            self._control.append((self._sealer.seal(Reset(code, psn_wire(self.sender.next_psn))),
                                   self._ctl_path(0)))
         # The table draws the expected failing edges (docs/state-machines.md);
         # a failure is final from any state, so it is applied unconditionally.
@@ -371,7 +373,7 @@ class Connection:
         r = self.receiver
         if pkt.trimmed:
             last_hop = rx.dscp == Dscp.TRIMMED_LAST_HOP
-            if r.in_window(body.psn) and body.psn >= r.cum_psn:
+            if r.in_window(body.psn) and r.unwrap(body.psn) >= r.cum_psn:
                 nack = r.on_trimmed(body, last_hop=last_hop)
                 self._control.append((self._sealer.seal(nack), self._ctl_path(rx.plane)))
             return
@@ -425,6 +427,8 @@ class Connection:
         self._persist_tries = 0  # the peer answers
         if self.sender.on_credit(sack.rwnd):
             self._persist_at = None
+        if res.rtt is not None:
+            self.health.set_rtt(self.sender.rtt.srtt, self.config.ack_delay)
         ecn = bool(flags & _ECN_ECHO)
         self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
                              sampled=res.sampled, rtt=res.rtt)
@@ -479,7 +483,7 @@ class Connection:
                 self.trims_fabric += 1
             self.cc.on_nack(now=now, trimmed_bytes=p.length, last_hop=last_hop)
             if p.ev is not None:
-                self.health.on_trim(p.ev, now, last_hop=last_hop)
+                self.health.on_trim(p.ev, now, last_hop=last_hop, sent=p.sent_time)
             self._note_ev_changes()
         elif nack.reason == NackReason.OUT_OF_WINDOW:
             self._drop("nack_out_of_window")
@@ -489,7 +493,7 @@ class Connection:
         if probe.probe_id == _CREDIT_PROBE_ID:
             self._send_sack(now)  # a sender waiting for credit: where is the edge now?
             return
-        ack = ProbeAck(probe.probe_id, probe.ev, self.receiver.cum_psn, probe.timestamp,
+        ack = ProbeAck(probe.probe_id, probe.ev, psn_wire(self.receiver.cum_psn), probe.timestamp,
                        probe.plane)
         self._control.append((self._sealer.seal(ack), self._ctl_path(rx.plane)))
 
@@ -503,7 +507,7 @@ class Connection:
         assert self._sealer is not None
         if self.state is not ConnState.CLOSING:
             self._control.append((self._sealer.seal(Close(CloseReason.NORMAL,
-                                                          self.sender.next_psn)),
+                                                          psn_wire(self.sender.next_psn))),
                                   self._ctl_path(0)))
         pending = self.sender.has_pending
         self._transition(ConnEvent.CLOSE_RECEIVED)
@@ -525,7 +529,7 @@ class Connection:
     def _send_close(self, now: float) -> None:
         assert self._sealer is not None
         self._close_tries += 1
-        pkt = self._sealer.seal(Close(self._close_reason, self.sender.next_psn))
+        pkt = self._sealer.seal(Close(self._close_reason, psn_wire(self.sender.next_psn)))
         self._control.append((pkt, self._ctl_path(self._close_tries)))
         self._close_deadline = now + max(4 * self.sender.rtt.srtt, self.config.min_rto) * (
             1 << self._close_tries)
@@ -553,9 +557,13 @@ class Connection:
             return self._hs_deadline
         s = self.sender
         cands = [
-            self.receiver.timer(), s.loss_timer(), s.rto_deadline(), self.paths.next_timer(),
-            self._close_deadline,
+            self.receiver.timer(), s.loss_timer(), s.rto_deadline(), self._close_deadline,
+            s.tlp_deadline(),
         ]
+        if self.is_established:
+            # Probes go out only while established (datagrams_to_send): a due
+            # probe timer in any other state would fire again at once, forever.
+            cands.append(self.paths.next_timer())
         if s.has_outstanding:
             cands.append(s.last_progress + self.config.idle_fail_timeout)
         if self._persist_at is not None:
@@ -591,7 +599,9 @@ class Connection:
         lt = s.loss_timer()
         if lt is not None and now >= lt:
             self._on_lost(s.detect_losses(now), now, timeout=False)
-        rd = s.rto_deadline()
+        tlp = s.tlp_deadline()
+        probed = tlp is not None and now >= tlp and bool(s.on_tlp(now))
+        rd = None if probed else s.rto_deadline()  # the probe goes out first
         if rd is not None and now >= rd:
             expired = s.on_rto(now)
             if expired:
@@ -682,7 +692,8 @@ class Connection:
             return out
         sealer = self._sealer
         assert sealer is not None
-        self.health.send_probes(now, sealer, psn=self.sender.cum_acked, timestamp=_us(now),
+        self.health.send_probes(now, sealer, psn=psn_wire(self.sender.cum_acked),
+                                timestamp=_us(now),
                                 out=out)
         s, cc, cfg = self.sender, self.cc, self.config
         size = cfg.payload_size
@@ -706,11 +717,13 @@ class Connection:
             if not s.has_new_data and not s.retx_queue:
                 flags |= _ACK_REQ  # the tail: don't make the receiver wait
             dgram = sealer.seal_data(
-                psn=p.psn, ev=ev.value, plane=ev.plane, msg_id=p.msg_id, msg_offset=p.offset,
+                psn=p.psn & 0xFFFFFFFF, ev=ev.value, plane=ev.plane, msg_id=p.msg_id,
+                msg_offset=p.offset,
                 msg_len=p.msg_len, timestamp=ts, payload=payload, flags=flags,
             )
             out.append((dgram, TxPath(ev.plane, ev.value, _DSCP_RETX if retx else _DSCP_DATA)))
             s.on_sent(p, ev=ev, ev_key=(ev.plane << 16) | ev.value, now=now, timestamp=ts)
+            self.health.on_sent(ev, now)
             cc.on_sent(now=now, size=len(payload))
             budget -= 1
         if self._persist_at is None and s.credit_blocked and not s.has_outstanding:

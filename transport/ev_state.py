@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import math
 import random
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,8 +136,16 @@ class Ev:
 
 GOOD = EvState.GOOD
 SKIP = EvState.SKIP
+#: A plane is silent after this many smoothed RTTs (plus the ACK delay)
+#: without an answer to its oldest unanswered send.
+PLANE_SILENCE_RTTS = 3.0
 ASSUMED_BAD = EvState.ASSUMED_BAD
 DENIED = EvState.DENIED
+
+
+#: Send times kept per plane for the liveness rule; past this the record is
+#: thinned (every other entry dropped), which keeps its oldest entry exact.
+_MAX_UNANSWERED = 4096
 
 
 @dataclass(slots=True)
@@ -146,7 +155,21 @@ class _Plane:
     state: PlaneState = PlaneState.UP
     #: Last time anything (ACK, trim NACK, probe ACK) came back from the plane.
     last_heard: float = -math.inf
-    #: EVs (by index) that lost packets since the plane was last heard from.
+    #: Send time of the newest packet (or probe) of this plane whose answer
+    #: came back: the plane certainly worked then.
+    answered_sent: float = -math.inf
+    #: Send times of packets and probes sent after ``answered_sent``, oldest
+    #: first: the head is the plane's oldest unanswered send.
+    unanswered: deque[float] = field(default_factory=deque)
+    #: Send time of the newest packet of this plane declared lost.
+    loss_sent: float = -math.inf
+    #: Last live plane only: when its liveness probes went out (None: none
+    #: pending), and how many are still to send.
+    liveness_probe_at: float | None = None
+    liveness_probes_due: int = 0
+    liveness_due_at: float = -math.inf
+    #: EVs (by index) that lost packets since the plane was last heard from
+    #: (the rule for callers that record no sends).
     lossy: set[int] = field(default_factory=set)
     probe_cursor: int = 0
     parks: int = 0
@@ -158,12 +181,27 @@ class EvSet:
 
     ``seed`` makes the EV values (and the policies' rotations) reproducible
     per connection. Times are seconds: ``base_rtt`` scales the defaults of
-    ``probe_initial`` (4 x base_rtt, first probe after an EV goes bad),
-    ``probe_max`` (64 x base_rtt, the backoff cap) and ``plane_silence``
-    (3 x base_rtt). A plane is parked when ``plane_bad_fraction`` of its
-    non-denied EVs are ASSUMED_BAD, or when ``plane_loss_evs`` distinct EVs
-    lost packets and nothing came back from the plane for ``plane_silence``;
-    a parked plane is probed through ``plane_probe_evs`` EVs at a time.
+    ``probe_initial`` (4 x base_rtt, first probe after an EV goes bad) and
+    ``probe_max`` (64 x base_rtt, the backoff cap).
+
+    A plane is parked when ``plane_bad_fraction`` of its non-denied EVs are
+    ASSUMED_BAD, or when it is *silent*: a packet sent on it after its newest
+    answered one was declared lost, and its oldest unanswered send is
+    ``plane_silence`` old. Time since an unanswered send (not since anything
+    was last heard, which counts idle time and late answers to older
+    packets) makes the rule independent of traffic volume: one packet in
+    flight is evidence enough: ``plane_silent_sends`` unanswered sends park
+    the plane at once, fewer only after a probe of it failed (one lost SACK
+    leaves several sends unanswered). ``plane_silence`` defaults to 3 measured
+    smoothed RTTs plus the ACK delay (``set_rtt``; 3 x base_rtt before any
+    sample); a number fixes it. The last plane still up is never parked on
+    this evidence alone: it is probed (``plane_probe_evs`` probes) and parked
+    only if none is answered within ``plane_silence``. A parked plane is
+    probed through ``plane_probe_evs`` EVs at a time. A caller that records
+    no sends (``on_sent``) gets the older rule: ``plane_loss_evs`` distinct
+    EVs lost packets and nothing was heard for ``plane_silence`` (a
+    distinct-EV count alone makes a plane with little in flight wait for
+    many timeouts, which is why the connection records its sends).
     """
 
     def __init__(
@@ -179,6 +217,7 @@ class EvSet:
         plane_loss_evs: int = 4,
         plane_silence: float | None = None,
         plane_probe_evs: int = 2,
+        plane_silent_sends: int = 5,
         skip_rotations: int = 12,
     ) -> None:
         if planes < 1 or evs_per_plane < 1:
@@ -196,8 +235,11 @@ class EvSet:
         self.probe_max = 64 * base_rtt if probe_max is None else probe_max
         self.plane_bad_fraction = plane_bad_fraction
         self.plane_loss_evs = plane_loss_evs
-        self.plane_silence = 3 * base_rtt if plane_silence is None else plane_silence
+        self._silence_fixed = plane_silence is not None
+        self.plane_silence = (PLANE_SILENCE_RTTS * base_rtt if plane_silence is None
+                              else plane_silence)
         self.plane_probe_evs = max(1, plane_probe_evs)
+        self.plane_silent_sends = max(1, plane_silent_sends)
 
         values = random.Random(seed).sample(range(65536), planes * evs_per_plane)
         self.evs: list[Ev] = [
@@ -215,6 +257,13 @@ class EvSet:
         #: Every state change as (ev, old, new), for whoever reports them
         #: (the connection drains it into events); bounded by its reader.
         self.changes: list[tuple[Ev, EvState, EvState]] = []
+        #: Every whole-plane park as (time, plane, smoothed RTT then), oldest
+        #: first (bounded): what benchmarks measure liveness with.
+        self.park_log: list[tuple[float, int, float]] = []
+        #: The connection's smoothed RTT (``set_rtt``; base_rtt until then).
+        self.srtt = base_rtt
+        #: Newest answered send time over all planes.
+        self._newest_answer = -math.inf
 
     # -- lookup ------------------------------------------------------------------
 
@@ -234,6 +283,13 @@ class EvSet:
 
     def parked_planes(self) -> list[int]:
         return [p.index for p in self._planes if p.state is PlaneState.PARKED]
+
+    def plane_answered_sent(self, plane: int) -> float:
+        """Send time of the newest answered packet of ``plane`` (-inf: none)."""
+        return self._planes[plane].answered_sent
+
+    def plane_last_heard(self, plane: int) -> float:
+        return self._planes[plane].last_heard
 
     # -- state table -------------------------------------------------------------
 
@@ -284,11 +340,42 @@ class EvSet:
 
     # -- feedback ----------------------------------------------------------------
 
-    def _heard(self, ev: Ev, now: float) -> None:
+    def set_rtt(self, srtt: float, ack_delay: float = 0.0) -> None:
+        """The connection's measured smoothed RTT: scales ``plane_silence``
+        (unless it was fixed at construction)."""
+        if srtt > 0:
+            self.srtt = srtt
+        if not self._silence_fixed and srtt > 0:
+            self.plane_silence = PLANE_SILENCE_RTTS * srtt + ack_delay
+
+    def on_sent(self, ev: Ev, now: float) -> None:
+        """A packet left on ``ev`` (the liveness rule times unanswered sends)."""
+        q = self._planes[ev.plane].unanswered
+        q.append(now)
+        if len(q) > _MAX_UNANSWERED:
+            head = q[0]
+            kept = list(q)[1::2]
+            q.clear()
+            q.append(head)
+            q.extend(kept)
+
+    def _heard(self, ev: Ev, now: float, sent: float | None = None) -> None:
+        """Something came back from ``ev``'s plane, answering a packet sent at
+        ``sent`` (None: unknown, taken as ``now``)."""
         plane = self._planes[ev.plane]
         plane.last_heard = now
         if plane.lossy:
             plane.lossy.clear()
+        sent = now if sent is None else sent
+        if sent > self._newest_answer:
+            self._newest_answer = sent
+        if sent > plane.answered_sent:
+            plane.answered_sent = sent
+            q = plane.unanswered
+            while q and q[0] <= sent:
+                q.popleft()
+            if plane.liveness_probe_at is not None and sent >= plane.liveness_probe_at:
+                plane.liveness_probe_at = None
 
     def _rtt_sample(self, ev: Ev, rtt: float | None) -> None:
         if rtt is None or rtt <= 0:
@@ -297,19 +384,20 @@ class EvSet:
         if ev.min_rtt is None or rtt < ev.min_rtt:
             ev.min_rtt = rtt
 
-    def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None) -> None:
+    def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None,
+               sent: float | None = None) -> None:
         ev.acked += 1
         ev.last_acked = now
         self._rtt_sample(ev, rtt)
-        self._heard(ev, now)
+        self._heard(ev, now, sent)
         if ecn:
             ev.ecn_marks += 1
             self._apply(ev, EvEvent.ECN_ACK)
 
-    def on_trim(self, ev: Ev, now: float, last_hop: bool) -> None:
+    def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
         # The trimmed header crossed the plane and the NACK came back: the
         # plane forwards, whatever the EV's queue looks like.
-        self._heard(ev, now)
+        self._heard(ev, now, sent)
         if last_hop:
             ev.last_hop_trims += 1
             self._apply(ev, EvEvent.LAST_HOP_TRIM)
@@ -317,13 +405,25 @@ class EvSet:
             ev.trims += 1
             self._apply(ev, EvEvent.FABRIC_TRIM)
 
-    def on_loss(self, ev: Ev, now: float) -> None:
+    def on_loss(self, ev: Ev, now: float, sent: float | None = None) -> None:
+        """Strong evidence against ``ev`` (it goes ASSUMED_BAD); the loss of a
+        packet sent at ``sent`` (None: ``now``) also counts for its plane."""
         ev.losses += 1
         plane = self._planes[ev.plane]
         if self._apply(ev, EvEvent.LOSS) and plane.state is PlaneState.UP:
             self._start_probing(ev, now, self.probe_initial)
+        self.on_plane_loss(ev, now, now if sent is None else sent)
+
+    def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
+        """A packet sent on ``ev`` at ``sent`` was declared lost. Too weak to
+        condemn the EV (one loss is noise), but every loss is evidence about
+        the plane: with the time since its oldest unanswered send, it parks
+        a dead plane however little is in flight."""
+        plane = self._planes[ev.plane]
+        if sent > plane.loss_sent:
+            plane.loss_sent = sent
+        plane.lossy.add(ev.index)
         if plane.state is PlaneState.UP:
-            plane.lossy.add(ev.index)
             self._check_plane(plane, now)
 
     def deny(self, ev: Ev) -> None:
@@ -362,20 +462,75 @@ class EvSet:
         # waiting for each EV's own evidence would keep feeding the dead plane
         # for many RTTs (MRC notices a plane down within a few RTTs).
         many_bad = bad >= self.plane_bad_fraction * active
-        silent = (
-            len(plane.lossy) >= self._loss_evs(plane)
-            and now - plane.last_heard >= self.plane_silence
-        )
-        if many_bad or silent:
+        deadline = self._silence_deadline(plane)
+        silent = deadline is not None and now >= deadline
+        if not (many_bad or silent):
+            return
+        # A few unanswered sends are weak evidence (one lost SACK covers up
+        # to ack_every packets): probe first (the probe is one more send,
+        # given ``plane_silence`` to be answered). ``plane_silent_sends`` or
+        # more is a plane that stopped answering. (No send recorded at all:
+        # the caller reports losses only; trust them.)
+        q = plane.unanswered
+        probe = plane.liveness_probe_at
+        strong = many_bad or not q or (
+            len(q) >= self.plane_silent_sends
+            and (probe is None or now >= probe + self.plane_silence))
+        if strong and any(p.state is PlaneState.UP for p in self._planes if p is not plane):
+            self._park(plane, now)
+            return
+        # Weak evidence, or the last live plane (parking it stops all data;
+        # a gray plane still carries most of it): park only after a failed
+        # probe. A probe answered clears ``liveness_probe_at`` (``_heard``).
+        if plane.liveness_probe_at is None:
+            if plane.liveness_probes_due == 0:
+                plane.liveness_probes_due = self.plane_probe_evs
+                plane.liveness_due_at = now
+        elif silent and now >= plane.liveness_probe_at + self.plane_silence:
             self._park(plane, now)
 
-    def _loss_evs(self, plane: _Plane) -> int:
-        return min(self.plane_loss_evs, len(plane.evs))
+    def _plane_deadline(self, plane: _Plane) -> float | None:
+        """When ``_check_plane`` may next act on an UP plane's silence (None:
+        only new evidence can make it). ``due_probes`` tests exactly
+        ``now >= _plane_deadline(plane)``, the time ``next_timer`` arms."""
+        if plane.state is not PlaneState.UP:
+            return None
+        if plane.liveness_probes_due:
+            return plane.liveness_due_at
+        deadline = self._silence_deadline(plane)
+        if deadline is None or plane.liveness_probe_at is None:
+            return deadline
+        return max(deadline, plane.liveness_probe_at + self.plane_silence)
+
+    def _silence_deadline(self, plane: _Plane) -> float | None:
+        """When the plane counts as silent: ``plane_silence`` after its oldest
+        unanswered send, if there is evidence beyond time alone: a packet sent
+        after its newest answered one was declared lost, or another plane
+        answered a packet sent later (the plane-level form of the time rule,
+        without waiting for the reorder window of per-packet loss
+        inference). None: no such evidence."""
+        q = plane.unanswered
+        if not q:
+            # No send recorded (a caller that reports losses only): the
+            # older rule, losses on ``plane_loss_evs`` distinct EVs and
+            # nothing heard for ``plane_silence``.
+            if len(plane.lossy) < min(self.plane_loss_evs, len(plane.evs)):
+                return None
+            return plane.last_heard + self.plane_silence
+        lost_unanswered = plane.loss_sent > plane.answered_sent and plane.loss_sent >= q[0]
+        if not (lost_unanswered or self._newest_answer > q[0]):
+            return None
+        return q[0] + self.plane_silence
 
     def _park(self, plane: _Plane, now: float) -> None:
         plane.state = PlaneState.PARKED
         plane.parks += 1
+        if len(self.park_log) < 4096:
+            self.park_log.append((now, plane.index, self.srtt))
         plane.parked_at = now
+        plane.liveness_probes_due = 0
+        plane.liveness_probe_at = None
+        plane.unanswered.clear()
         plane.lossy.clear()
         for ev in plane.evs:
             self._apply(ev, EvEvent.PLANE_DOWN)
@@ -404,8 +559,13 @@ class EvSet:
 
     def _unpark(self, plane: _Plane, now: float) -> None:
         plane.state = PlaneState.UP
-        plane.lossy.clear()
         plane.last_heard = now
+        # Sends before the park were answered or lost: start afresh.
+        plane.answered_sent = now
+        plane.unanswered.clear()
+        plane.lossy.clear()
+        plane.liveness_probes_due = 0
+        plane.liveness_probe_at = None
         for ev in plane.evs:
             self._apply(ev, EvEvent.PLANE_UP)
             self._stop_probing(ev)
@@ -415,20 +575,39 @@ class EvSet:
     def due_probes(self, now: float) -> list[Ev]:
         """EVs whose probe is due; also the moment silent planes are parked."""
         for plane in self._planes:
-            if plane.lossy and plane.state is PlaneState.UP:
+            deadline = self._plane_deadline(plane)
+            if deadline is not None and now >= deadline and not plane.liveness_probes_due:
                 self._check_plane(plane, now)
-        return [
+        due = [
             ev
             for ev in self._probing.values()
             if ev.next_probe is not None and ev.next_probe <= now
         ]
+        for plane in self._planes:
+            if plane.liveness_probes_due and plane.state is PlaneState.UP:
+                probers = self._liveness_probers(plane, plane.liveness_probes_due)
+                if not probers:
+                    plane.liveness_probes_due = 0
+                due.extend(probers)
+        return due
+
+    def _liveness_probers(self, plane: _Plane, n: int) -> list[Ev]:
+        """``n`` usable EVs of ``plane`` to carry its liveness probes (GOOD first)."""
+        usable = [ev for ev in plane.evs if ev.state is not DENIED]
+        usable.sort(key=lambda ev: ev.state is not GOOD)
+        return usable[:n]
 
     def on_probe_sent(self, ev: Ev, now: float) -> None:
         ev.probes_sent += 1
         ev.last_sent = now
+        plane = self._planes[ev.plane]
+        self.on_sent(ev, now)
+        if plane.liveness_probes_due and plane.state is PlaneState.UP:
+            plane.liveness_probes_due -= 1
+            if plane.liveness_probe_at is None:
+                plane.liveness_probe_at = now
         if ev.index not in self._probing:
             return
-        plane = self._planes[ev.plane]
         interval = min(2 * ev.probe_interval, self.probe_max)
         if plane.state is PlaneState.PARKED:
             self._stop_probing(ev)
@@ -444,18 +623,25 @@ class EvSet:
         if plane.state is PlaneState.PARKED:
             self._unpark(plane, now)
         else:
-            self._heard(ev, now)
+            self._heard(ev, now, None if rtt is None else now - rtt)
             self._apply(ev, EvEvent.PROBE_OK)
 
     def next_timer(self) -> float | None:
-        """Earliest probe due or silent-plane check, or None."""
+        """Earliest probe due or silent-plane check, or None.
+
+        A deadline returned here is tested by ``due_probes`` with the very
+        same expression (``now >= deadline``), so a timer never fires without
+        effect and re-arms at the same instant (``last + s`` armed but
+        ``now - last >= s`` tested differ in floating point and once hung
+        the simulator at a fixed virtual time)."""
         t = math.inf
         for ev in self._probing.values():
             if ev.next_probe is not None and ev.next_probe < t:
                 t = ev.next_probe
         for plane in self._planes:
-            if len(plane.lossy) >= self._loss_evs(plane) and plane.state is PlaneState.UP:
-                t = min(t, plane.last_heard + self.plane_silence)
+            deadline = self._plane_deadline(plane)
+            if deadline is not None and deadline < t:
+                t = deadline
         return None if t == math.inf else t
 
     # -- stats -------------------------------------------------------------------

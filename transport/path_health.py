@@ -26,14 +26,20 @@ _MAX_OUTSTANDING_PROBES = 4096
 
 
 class PathHealth:
-    def __init__(self, paths: PathPolicy, *, planes: int, now: float) -> None:
+    def __init__(self, paths: PathPolicy, *, planes: int, now: float,
+                 ack_every: int = 4) -> None:
         self.paths = paths
         self.planes = planes
+        # One lost SACK leaves up to ack_every sends unanswered: more than
+        # that is a plane that stopped answering.
+        es = paths.ev_set
+        es.plane_silent_sends = max(es.plane_silent_sends, ack_every + 1)
         self._score: dict[int, int] = {}
         #: Last time anything came back from each plane (ACK, trim NACK, probe).
         self.plane_heard: list[float] = [now] * planes
         self._probes: dict[int, tuple[Ev, float]] = {}
         self._next_probe_id = 1
+        self._resort_cursor = 0
         self.probes_sent = 0
         self.stale_probe_acks = 0
 
@@ -43,6 +49,14 @@ class PathHealth:
     def heard(self, ev: Ev, now: float) -> None:
         self.plane_heard[ev.plane] = now
 
+    def on_sent(self, ev: Ev, now: float) -> None:
+        """A data packet left on ``ev`` (times the plane's unanswered sends)."""
+        self.paths.on_sent(ev, now)
+
+    def set_rtt(self, srtt: float, ack_delay: float) -> None:
+        """The measured smoothed RTT: plane silence is counted in it."""
+        self.paths.ev_set.set_rtt(srtt, ack_delay)
+
     def on_acked(self, acked: Iterable[SentPacket], now: float, *, ecn_ev: int | None,
                  sampled: SentPacket | None, rtt: float | None) -> None:
         """Credit each EV whose packet was acknowledged (exactly: see Karn)."""
@@ -51,7 +65,8 @@ class PathHealth:
             ev = p.ev
             if ev is None or not p.ack_exact:
                 continue
-            self.paths.on_ack(ev, now, ev.value == ecn_ev, rtt if p is sampled else None)
+            self.paths.on_ack(ev, now, ev.value == ecn_ev, rtt if p is sampled else None,
+                              p.sent_time)
             self.plane_heard[ev.plane] = now
             s = scores.get(ev.value)
             if s:
@@ -65,36 +80,72 @@ class PathHealth:
         return self._score.get(ev.value, 0) > 0 or ev.state.value != "good"
 
     def on_lost(self, lost: Iterable[SentPacket], now: float, *, timeout: bool) -> None:
-        """Penalise EVs only on strong evidence: a timeout, a plane silent
-        since the packet left (dead-ish: act at once), or repeated losses on
-        one EV. One loss alone is noise (or corruption) on a healthy path."""
+        """Penalise EVs only on strong evidence: a timeout, a plane that
+        answered nothing sent since the packet left (dead-ish: act at once),
+        or repeated losses on one EV. One loss alone is noise (or corruption)
+        on a healthy path — but every loss still reaches the plane level,
+        where the time since the plane's oldest unanswered send decides."""
+        ev_set = self.paths.ev_set
         for p in lost:
             ev = p.ev
             if ev is None:
                 continue
-            silent = self.plane_heard[ev.plane] < p.sent_time
+            # An answer to an *older* packet arriving after this one left
+            # proves nothing about the plane since; only a newer one does.
+            silent = ev_set.plane_answered_sent(ev.plane) < p.sent_time
             score = self._score.get(ev.value, 0) + LOSS_PENALTY
             if timeout or silent or score >= LOSS_THRESHOLD:
-                self.paths.on_loss(ev, now)
+                self.paths.on_loss(ev, now, p.sent_time)
                 score = 0
+            else:
+                self.paths.on_plane_loss(ev, now, p.sent_time)
             self._score[ev.value] = score
 
-    def on_trim(self, ev: Ev, now: float, *, last_hop: bool) -> None:
+    def on_trim(self, ev: Ev, now: float, *, last_hop: bool, sent: float | None = None) -> None:
         self.plane_heard[ev.plane] = now
-        self.paths.on_trim(ev, now, last_hop)
+        self.paths.on_trim(ev, now, last_hop, sent)
+
+    def _fresh(self, plane: int, now: float, srtt: float) -> bool:
+        """Did ``plane`` answer something within the last two smoothed RTTs?"""
+        return self.plane_heard[plane] >= now - 2 * srtt
 
     def pick(self, now: float, avoid: Ev | None, srtt: float) -> Ev | None:
-        """The EV for the next packet; a retransmission after a loss prefers
-        another plane if the lost packet's plane has gone quiet."""
+        """The EV for the next packet. A retransmission (``avoid`` is the EV
+        it last took) goes to a plane with recent evidence of life when one
+        exists: moved off a suspect plane at random, it would often land on
+        another dead one (three of four, after a compound fault)."""
         ev = self.paths.next_ev(now, avoid)
-        if avoid is None or ev is None or ev.plane != avoid.plane:
+        if ev is None:
+            return self._last_resort(now)
+        if avoid is None or self._fresh(ev.plane, now, srtt):
             return ev
-        if self.plane_heard[avoid.plane] < now - 2 * srtt:
-            for _ in range(self.planes):
-                alt = self.paths.next_ev(now, avoid)
-                if alt is None or alt.plane != avoid.plane:
-                    return alt or ev
+        if not any(self._fresh(p, now, srtt) for p in range(self.planes)
+                   if self.paths.plane_state(p).value == "up"):
+            return ev
+        for _ in range(4 * self.planes):
+            alt = self.paths.next_ev(now, avoid)
+            if alt is None:
+                break
+            if self._fresh(alt.plane, now, srtt):
+                return alt
         return ev
+
+    def _last_resort(self, now: float) -> Ev | None:
+        """No GOOD EV anywhere, but a plane is still up (the last live plane is
+        never parked without a failed probe, yet its EVs can each have gone
+        ASSUMED_BAD on a gray path): keep sending on them, in turn, rather
+        than stall until probes bring them back one by one."""
+        evs = self.paths.ev_set.evs
+        n = len(evs)
+        for k in range(n):
+            ev = evs[(self._resort_cursor + k) % n]
+            if ev.state.value == "assumed_bad" and \
+                    self.paths.plane_state(ev.plane).value == "up":
+                self._resort_cursor = (ev.index + 1) % n
+                ev.sent += 1
+                ev.last_sent = now
+                return ev
+        return None
 
     # -- probes ------------------------------------------------------------------
 

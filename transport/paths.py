@@ -159,14 +159,24 @@ class PathPolicy:
     def lookup(self, value: int) -> Ev | None:
         return self.ev_set.lookup(value)
 
-    def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None) -> None:
-        self.ev_set.on_ack(ev, now, ecn, rtt)
+    def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None,
+               sent: float | None = None) -> None:
+        """``sent``: when the acknowledged packet left (None: unknown, ``now``)."""
+        self.ev_set.on_ack(ev, now, ecn, rtt, sent)
 
-    def on_trim(self, ev: Ev, now: float, last_hop: bool) -> None:
-        self.ev_set.on_trim(ev, now, last_hop)
+    def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
+        self.ev_set.on_trim(ev, now, last_hop, sent)
 
-    def on_loss(self, ev: Ev, now: float) -> None:
-        self.ev_set.on_loss(ev, now)
+    def on_loss(self, ev: Ev, now: float, sent: float | None = None) -> None:
+        self.ev_set.on_loss(ev, now, sent)
+
+    def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
+        """A loss too weak to condemn ``ev``, still evidence about its plane."""
+        self.ev_set.on_plane_loss(ev, now, sent)
+
+    def on_sent(self, ev: Ev, now: float) -> None:
+        """A packet really left on ``ev`` (``next_ev`` may be asked more than once)."""
+        self.ev_set.on_sent(ev, now)
 
     def due_probes(self, now: float) -> list[Ev]:
         return self.ev_set.due_probes(now)
@@ -319,19 +329,20 @@ class RepsPolicy(PathPolicy):
         self.explored += 1
         return self.rotation.next_good(avoid)
 
-    def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None) -> None:
-        super().on_ack(ev, now, ecn, rtt)
+    def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None,
+               sent: float | None = None) -> None:
+        super().on_ack(ev, now, ecn, rtt, sent)
         if not ecn and ev.state is GOOD:
             self.cache.append(ev)
 
-    def on_trim(self, ev: Ev, now: float, last_hop: bool) -> None:
-        super().on_trim(ev, now, last_hop)
+    def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
+        super().on_trim(ev, now, last_hop, sent)
         # A last-hop trim is the receiver's incast, not this path's fault.
         if last_hop and ev.state is GOOD:
             self.cache.append(ev)
 
-    def on_loss(self, ev: Ev, now: float) -> None:
-        super().on_loss(ev, now)
+    def on_loss(self, ev: Ev, now: float, sent: float | None = None) -> None:
+        super().on_loss(ev, now, sent)
         self.frozen_until = now + self.freeze
 
     def snapshot(self) -> dict[str, Any]:

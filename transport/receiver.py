@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from transport.psn import unwrap, wire
 from wire.constants import INITIAL_CREDIT, NackReason
 from wire.packets import Data, Nack, Sack
 
@@ -65,7 +66,7 @@ class Receiver:
 
     def __init__(self, *, ack_every: int, ack_delay: float, psn_window: int,
                  max_message_size: int, slice_size: int, recv_window: int = 64 << 20,
-                 hold_delivered: bool = False) -> None:
+                 hold_delivered: bool = False, initial_psn: int = 0) -> None:
         if not INITIAL_CREDIT <= recv_window < _HALF:
             raise ValueError(f"recv_window must be {INITIAL_CREDIT}..{_HALF - 1} bytes")
         self.ack_every = ack_every
@@ -75,7 +76,8 @@ class Receiver:
         self.slice_size = slice_size
         self.recv_window = recv_window
         self.hold_delivered = hold_delivered
-        self.cum_psn = 0
+        #: Next PSN expected in order (an unbounded integer: ``transport.psn``).
+        self.cum_psn = initial_psn
         self._above: set[int] = set()
         self._assembly: dict[int, _Assembly] = {}
         self._delivered: list[tuple[int, bytes]] = []
@@ -119,8 +121,12 @@ class Receiver:
             self._above.add(psn)
         return True
 
-    def in_window(self, psn: int) -> bool:
-        return psn < self.cum_psn + self.psn_window
+    def unwrap(self, wire_psn: int) -> int:
+        """A PSN read from a packet, as the integer nearest the cumulative PSN."""
+        return unwrap(wire_psn, self.cum_psn)
+
+    def in_window(self, wire_psn: int) -> bool:
+        return self.unwrap(wire_psn) < self.cum_psn + self.psn_window
 
     def _check_slice(self, body: Data, n: int) -> _Assembly | None:
         """The assembly this slice extends (None: a new message); raises SliceError."""
@@ -157,7 +163,7 @@ class Receiver:
 
         ``plane`` is where it arrived (SACKs go back there); raises
         ``SliceError`` for a slice inconsistent with its message."""
-        psn = body.psn
+        psn = unwrap(body.psn, self.cum_psn)
         if psn < self.cum_psn or psn in self._above:
             # A duplicate means the sender did not hear our SACK: repeat it now.
             self._last = (psn, body.ev, body.timestamp, body.plane if plane is None else plane)
@@ -245,12 +251,13 @@ class Receiver:
         else:
             self.trimmed_fabric += 1
         reason = NackReason.TRIMMED_LAST_HOP if last_hop else NackReason.TRIMMED
-        return Nack(body.psn, body.ev, self.cum_psn, body.timestamp, reason, body.plane)
+        return Nack(body.psn, body.ev, wire(self.cum_psn), body.timestamp, reason, body.plane)
 
     def out_of_window_nack(self, body: Data) -> Nack:
         self.out_of_window += 1
         return Nack(
-            body.psn, body.ev, self.cum_psn, body.timestamp, NackReason.OUT_OF_WINDOW, body.plane
+            body.psn, body.ev, wire(self.cum_psn), body.timestamp, NackReason.OUT_OF_WINDOW,
+            body.plane
         )
 
     # -- output ----------------------------------------------------------------
@@ -287,11 +294,12 @@ class Receiver:
                 bm = self._bitmap(start)
                 if bm:
                     first = start + ((bm & -bm).bit_length() - 1)
-                    out.append(AckDue(Sack(cum, start, bm, first, 0, 0, rwnd, 0, plane),
-                                      plane, False))
+                    out.append(AckDue(Sack(wire(cum), wire(start), bm, wire(first), 0, 0,
+                                           rwnd, 0, plane), plane, False))
                 start += _BITMAP_BITS
         ce = self._ce_since_ack
-        sack = Sack(cum, base, self._bitmap(base), psn, ev, ts, rwnd, min(ce, 0xFFFF), plane)
+        sack = Sack(wire(cum), wire(base), self._bitmap(base), wire(psn), ev, ts, rwnd,
+                    min(ce, 0xFFFF), plane)
         out.append(AckDue(sack, plane, ce > 0))
         self._unacked = 0
         self._ce_since_ack = 0

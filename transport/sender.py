@@ -8,6 +8,11 @@ spraying — aioquic #42, quinn #2711):
 - time (RACK-like): a packet is lost if something sent after it was
   acknowledged and it has been out longer than its path's RTT plus a reorder
   window;
+- a tail-loss probe (after TLP, RFC 8985): when nothing has come back for
+  two smoothed RTTs plus the ACK delay, the newest two packets in flight are
+  sent again (on other EVs), so a lost last packet — nothing sent after it to be
+  acknowledged — costs about 3 RTTs, not an RTO; at most ``MAX_TLPS`` per
+  silence before the RTO takes over;
 - RTO with exponential backoff as the last resort;
 - a trimmed-header NACK retransmits at once.
 Retransmissions keep their PSN (the receiver's cumulative PSN must be able to
@@ -21,12 +26,17 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from transport.psn import unwrap
 from wire.constants import INITIAL_CREDIT
 from wire.packets import Sack
 
 #: How far a SACK's bitmap reaches.
 _BITMAP_BITS = 64
 _U32 = 0xFFFFFFFF
+#: Tail-loss probes per silence (progress resets the count).
+MAX_TLPS = 4
+#: Packets resent by one tail-loss probe.
+TLP_PACKETS = 2
 
 
 @dataclass(slots=True, eq=False)
@@ -46,6 +56,9 @@ class SentPacket:
     #: Was the acknowledged transmission known? (False: a retransmitted packet
     #: acked without an echo naming which copy arrived — Karn's problem.)
     ack_exact: bool = True
+    #: Resent by a tail-loss probe: an earlier copy arriving is no sign of
+    #: reordering (the probe was a guess), so it must not widen the window.
+    tlp: bool = False
 
 
 @dataclass(slots=True)
@@ -90,7 +103,7 @@ class Sender:
 
     def __init__(self, *, payload_size: int, initial_rtt: float, min_rto: float,
                  max_rto: float, reorder_fraction: float, ack_delay: float,
-                 psn_window: int) -> None:
+                 psn_window: int, initial_psn: int = 0) -> None:
         self.payload_size = payload_size
         self.min_rto = min_rto
         self.max_rto = max_rto
@@ -98,9 +111,10 @@ class Sender:
         self.ack_delay = ack_delay
         self.psn_window = psn_window
         self.rtt = RttEstimator(initial_rtt)
-        self.next_psn = 0
+        # PSNs are unbounded integers here, 32 bits on the wire (transport.psn).
+        self.next_psn = initial_psn
         self.next_msg_id = 1
-        self.cum_acked = 0
+        self.cum_acked = initial_psn
         self.inflight: dict[int, SentPacket] = {}
         self.bytes_in_flight = 0
         self.retx_queue: deque[SentPacket] = deque()
@@ -135,6 +149,8 @@ class Sender:
         self.lost_by_time = 0
         self.lost_by_rto = 0
         self.rto_events = 0
+        self.tlp_probes = 0
+        self._tlps = 0
         self.nacks = 0
         self.bytes_acked = 0
 
@@ -255,11 +271,13 @@ class Sender:
             # We called it lost, it was only late: no resend needed.
             del self._lost[p.psn]
             self.retx_queue.remove(p)
-            self._spurious()
+            if not p.tlp:
+                self._spurious()
         else:
             del self.inflight[p.psn]
             self.bytes_in_flight -= p.length
-            if p.transmissions > 1 and echo_ts is not None and echo_ts != p.timestamp:
+            if (p.transmissions > 1 and echo_ts is not None and echo_ts != p.timestamp
+                    and not p.tlp):
                 self._spurious()  # an older copy arrived: the resend was not needed
         if p.transmissions == 1 and self.reorder_extra:
             self.reorder_extra *= 0.998
@@ -295,29 +313,31 @@ class Sender:
         res = AckResult()
         inflight = self.inflight
         lost = self._lost
+        cum_psn = unwrap(sack.cum_psn, self.cum_acked)
+        ack_psn = unwrap(sack.ack_psn, cum_psn)
         # The triggering packet first: its echo says which copy arrived.
-        p = inflight.get(sack.ack_psn)
+        p = inflight.get(ack_psn)
         if p is not None:
             self._ack(p, res, sack.echo_ts)
-        elif (p := lost.get(sack.ack_psn)) is not None:
+        elif (p := lost.get(ack_psn)) is not None:
             self._ack(p, res, sack.echo_ts, was_lost=True)
-        if sack.cum_psn > self.cum_acked:
+        if cum_psn > self.cum_acked:
             # PSNs below cum_psn: walk the in-flight table only over that range.
-            if sack.cum_psn - self.cum_acked <= len(inflight):
-                for psn in range(self.cum_acked, sack.cum_psn):
+            if cum_psn - self.cum_acked <= len(inflight):
+                for psn in range(self.cum_acked, cum_psn):
                     p = inflight.get(psn)
                     if p is not None:
                         self._ack(p, res)
                     elif (p := lost.get(psn)) is not None:
                         self._ack(p, res, was_lost=True)
             else:
-                for p in [q for q in inflight.values() if q.psn < sack.cum_psn]:
+                for p in [q for q in inflight.values() if q.psn < cum_psn]:
                     self._ack(p, res)
-                for p in [q for q in lost.values() if q.psn < sack.cum_psn]:
+                for p in [q for q in lost.values() if q.psn < cum_psn]:
                     self._ack(p, res, was_lost=True)
-            self.cum_acked = sack.cum_psn
+            self.cum_acked = cum_psn
         bm = sack.bitmap
-        base = sack.bitmap_base
+        base = unwrap(sack.bitmap_base, cum_psn)
         while bm:
             low = bm & -bm
             psn = base + low.bit_length() - 1
@@ -328,7 +348,7 @@ class Sender:
                 self._ack(p, res, was_lost=True)
             bm ^= low
         # RTT from the echoed timestamp of the packet that triggered the SACK.
-        sampled = next((q for q in res.newly_acked if q.psn == sack.ack_psn), None)
+        sampled = next((q for q in res.newly_acked if q.psn == ack_psn), None)
         if sampled is not None and sampled.timestamp == sack.echo_ts:
             rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
             if 0 < rtt < 60:
@@ -342,6 +362,7 @@ class Sender:
             self.last_progress = now
             self.rto_backoff = 0
             self.consecutive_rtos = 0
+            self._tlps = 0
         res.lost = self.detect_losses(now)
         return res
 
@@ -387,7 +408,9 @@ class Sender:
         self.retx_queue.append(p)
 
     def on_nack_trimmed(self, psn: int, echo_ts: int) -> SentPacket | None:
-        """A trimmed header: retransmit at once (if that transmission is still ours)."""
+        """A trimmed header: retransmit at once (if that transmission is still ours).
+        ``psn`` is the 32-bit PSN from the NACK."""
+        psn = unwrap(psn, self.cum_acked)
         p = self.inflight.get(psn)
         if p is None or p.timestamp != echo_ts:
             return None
@@ -398,13 +421,46 @@ class Sender:
         self.retx_queue.appendleft(p)
         return p
 
+    def tlp_deadline(self) -> float | None:
+        """When to send a tail-loss probe: two smoothed RTTs plus the ACK
+        delay after the later of the newest send and the last progress."""
+        if not self.inflight or self.retx_queue or self._tlps >= MAX_TLPS:
+            return None
+        newest = next(reversed(self.inflight.values()))
+        since = max(newest.sent_time, self.last_progress)
+        return since + 2 * self.rtt.srtt + self.ack_delay
+
+    def on_tlp(self, now: float) -> list[SentPacket]:
+        """The probe timer fired: queue the newest ``TLP_PACKETS`` packets in
+        flight for resending. Each elicits a SACK, so one lost probe or SACK
+        (a gray path loses either) does not leave the tail to the RTO. Not a
+        loss: no congestion or path penalty follows."""
+        out: list[SentPacket] = []
+        for p in reversed(self.inflight.values()):
+            out.append(p)
+            if len(out) >= TLP_PACKETS:
+                break
+        out.reverse()  # oldest first, the order they are resent in
+        for p in out:
+            self._mark_lost(p)
+            p.tlp = True
+        if out:
+            self._tlps += 1
+            self.tlp_probes += 1
+        return out
+
     def rto(self) -> float:
         base = max(self.min_rto, self.rtt.srtt + 4 * self.rtt.rttvar + self.ack_delay)
         return min(self.max_rto, base * (1 << self.rto_backoff))
 
     def rto_deadline(self) -> float | None:
+        """The RTO waits for the tail-loss probes still allowed (as RACK-TLP
+        re-arms the RTO after a probe): a probe is cheaper, and an RTO cuts
+        the window and penalises paths."""
         for p in self.inflight.values():
-            return p.sent_time + self.rto()
+            deadline = p.sent_time + self.rto()
+            tlp = self.tlp_deadline()
+            return deadline if tlp is None or tlp < deadline else tlp + self.rtt.srtt
         return None
 
     def on_rto(self, now: float) -> list[SentPacket]:

@@ -225,6 +225,15 @@ def test_none_when_nothing_usable() -> None:
     for ev in p.evs:
         p.on_loss(ev, 0.0)
     assert p.next_ev(0.0) is None
+    # The last live plane is parked only after a probe failed (issue 12).
+    assert p.parked_planes() == [0]
+    probes = p.due_probes(0.0)
+    assert probes and {ev.plane for ev in probes} == {1}
+    for ev in probes:
+        p.on_probe_sent(ev, 0.0)
+    t = p.next_timer()
+    assert t == pytest.approx(0.003)  # plane_silence after the probes
+    p.due_probes(t)
     assert sorted(p.parked_planes()) == [0, 1]
 
 

@@ -138,13 +138,19 @@ def _send_plane(hosts: dict[str, str], plane: int, n: int) -> None:
         s.close()
 
 
-def _run_cli_while(argv: list[str], action: object) -> int:
+def _run_cli_while(argv: list[str], action: object, ready: list[Path]) -> int:
+    """Run the capture CLI in a thread; once every file in ``ready`` exists (a
+    capture opens its file only after its socket listens), run ``action``.
+    Waiting for the files, not a fixed sleep: a busy machine starts the capture
+    processes late, and packets sent before they listen are never seen."""
     result: list[int] = []
     t = threading.Thread(target=lambda: result.append(braid_main(argv)))
     t.start()
-    time.sleep(1.0)  # capture processes started and listening
+    deadline = time.monotonic() + 30
+    while not all(f.exists() for f in ready) and time.monotonic() < deadline:
+        time.sleep(0.05)
     action()  # type: ignore[operator]
-    t.join(20)
+    t.join(60)
     assert not t.is_alive()
     return result[0]
 
@@ -152,8 +158,8 @@ def _run_cli_while(argv: list[str], action: object) -> int:
 def test_capture_host_plane_via_testbed(fake_testbed: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "h1p1.pcap"
     code = _run_cli_while(
-        ["trace", "capture", "--host", "h1", "--plane", "1", "-o", str(out), "--duration", "2.5"],
-        lambda: (_send_plane(fake_testbed, 1, 4), _send_plane(fake_testbed, 0, 2)))
+        ["trace", "capture", "--host", "h1", "--plane", "1", "-o", str(out), "--duration", "6"],
+        lambda: (_send_plane(fake_testbed, 1, 4), _send_plane(fake_testbed, 0, 2)), [out])
     assert code == 0
     pkts = list(read_packets(out))
     assert [(p.plane, p.psn) for p in pkts] == [(1, 0), (1, 1), (1, 2), (1, 3)]
@@ -161,10 +167,11 @@ def test_capture_host_plane_via_testbed(fake_testbed: dict[str, str], tmp_path: 
 
 def test_capture_all_interfaces(fake_testbed: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "all"
-    argv = ["trace", "capture", "--all", "-o", str(out), "--duration", "2.5",
+    argv = ["trace", "capture", "--all", "-o", str(out), "--duration", "6",
             "--backend", "afpacket"]
+    files = [out / f"h{h}-p{p}.pcap" for h in (0, 1) for p in (0, 1)]
     code = _run_cli_while(
-        argv, lambda: (_send_plane(fake_testbed, 0, 2), _send_plane(fake_testbed, 1, 3)))
+        argv, lambda: (_send_plane(fake_testbed, 0, 2), _send_plane(fake_testbed, 1, 3)), files)
     assert code == 0
     counts = {f.name: len(list(read_packets(f))) for f in sorted(out.glob("*.pcap"))}
     assert counts == {"h0-p0.pcap": 2, "h0-p1.pcap": 3, "h1-p0.pcap": 2, "h1-p1.pcap": 3}
@@ -210,8 +217,9 @@ def test_capture_on_a_real_testbed(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         hosts = {"h0": prefix + "h0", "h1": prefix + "h1"}
         out = tmp_path / "all"
         code = _run_cli_while(
-            ["trace", "capture", "--all", "-o", str(out), "--duration", "2.5"],
-            lambda: (_send_plane_testbed(hosts, 2, 3)))
+            ["trace", "capture", "--all", "-o", str(out), "--duration", "6"],
+            lambda: (_send_plane_testbed(hosts, 2, 3)),
+            [out / f"h{h}-p{p}.pcap" for h in (0, 1) for p in range(4)])
         assert code == 0
         counts = {f.name: len(list(read_packets(f))) for f in out.glob("*.pcap")}
         assert len(counts) == 8  # 2 hosts x 4 planes
