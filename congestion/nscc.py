@@ -140,8 +140,11 @@ class Nscc:
         self._last_qa = -math.inf
         self._last_signal = -math.inf
         self._hold_until = -math.inf
-        self._ecn_seen = False
-        self._lossy_fabric = False  # congestive loss seen, never a mark: delay is the mark
+        # Deviation 1: has the fabric ever signalled congestion itself (an
+        # ECN mark or a trim)? If not, and it drops packets with a queue
+        # behind them, delay above target is the mark.
+        self._fabric_signals = False
+        self._delay_is_mark = False
         # Application-limited detection for QuickAdapt: did the window hold
         # back a packet the sender had ready, in this or the previous
         # QuickAdapt period? (No ACKs arrive during a stall, so a stalled
@@ -229,6 +232,10 @@ class Nscc:
         self._hold_until = now + self._rtt_est()
         self._update_pacer()
 
+    def _unmarked_congestion(self) -> None:
+        if self.loss_as_mark and not self._fabric_signals:
+            self._delay_is_mark = True
+
     def _multiplicative_decrease(self, now: float) -> None:
         # One RTT of marks describes one queue, not many: at most one cut per
         # measured RTT, sized by the filtered delay (a single late packet
@@ -268,8 +275,8 @@ class Nscc:
         while self._delivered and self._delivered[0][0] < horizon:
             self._delivered.popleft()
         if sample.ecn:
-            self._ecn_seen = True
-            self._lossy_fabric = False
+            self._fabric_signals = True
+            self._delay_is_mark = False
             self._last_signal = now
 
         rtt = sample.rtt
@@ -297,7 +304,7 @@ class Nscc:
                 return
 
         target = self.target_delay
-        marked = sample.ecn or (self._lossy_fabric and d >= target)
+        marked = sample.ecn or (self._delay_is_mark and d >= target)
         if marked:
             self._fi_bytes = 0.0
             if d >= target:
@@ -343,6 +350,8 @@ class Nscc:
         # mean that much less should be in flight.
         self._counts["trimmed_bytes"] += trimmed_bytes
         self._last_signal = now
+        self._fabric_signals = True
+        self._delay_is_mark = False
         self._fi_bytes = 0.0
         self._cwnd = self._clamp(self._cwnd - trimmed_bytes)
         self._update_pacer()
@@ -351,11 +360,10 @@ class Nscc:
         self._counts["lost_bytes"] += lost_bytes
         self._last_signal = now
         self._fi_bytes = 0.0
-        if (self.loss_as_mark and not self._ecn_seen
-                and max(self._delay, self._avg_delay) >= self.target_delay):
-            # A loss with a queue behind it on a fabric that has never
-            # marked: a tail-drop bottleneck (deviation 1 above).
-            self._lossy_fabric = True
+        if max(self._delay, self._avg_delay) >= self.target_delay:
+            # A loss with a queue behind it: a tail-drop bottleneck, if the
+            # fabric never marked or trimmed (deviation 1 above).
+            self._unmarked_congestion()
         self._quick_adapt(now)
         self._update_pacer()
 
@@ -390,7 +398,7 @@ class Nscc:
             "max_window": self.max_window,
             "base_rtt": self.base_rtt,
             "target_delay": self.target_delay,
-            "lossy_fabric": float(self._lossy_fabric),
+            "delay_is_mark": float(self._delay_is_mark),
         }
         out.update(self._counts)
         return out

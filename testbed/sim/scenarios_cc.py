@@ -17,8 +17,9 @@ Shared by tests/unit/test_scenarios.py and ``braid bench sim``.
 
 from __future__ import annotations
 
+import itertools
 import statistics
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Literal
 
 from testbed.sim.driver import Simulator
@@ -42,7 +43,7 @@ BIN = 10e-3
 
 def testbed_fabric(*, planes: int = 2, rate: float = PLANE_RATE, delay: float = 50e-6,
                    jitter: float = 0.0, buffer: int = 256 << 10, nic_rate: float | None = None,
-                   loss: float = 0.0, seed: int = 1) -> Fabric:
+                   loss: float = 0.0, senders: int = 1, seed: int = 1) -> Fabric:
     """``planes`` x ``rate`` planes, one switch each (1 spine), tail drop everywhere
     (no ECN, no trimming: what tbf does). ``jitter`` delays each packet the sender
     ``a`` sends by [0, jitter) s, in order (a busy event loop: the RTT varies
@@ -52,11 +53,13 @@ def testbed_fabric(*, planes: int = 2, rate: float = PLANE_RATE, delay: float = 
     up = LinkSpec(rate=nic_rate or rate, delay=delay, buffer=4 << 20)
     sp = LinkSpec(rate=rate, delay=delay, buffer=buffer, loss=loss)
     dn = LinkSpec(rate=rate, delay=delay, buffer=buffer)
+    hosts = ("a",) if senders == 1 else tuple(f"a{i}" for i in range(senders))
     fab = make_fabric(planes=planes, spines=1, rate=rate, uplink=up, spine=sp, downlink=dn,
-                      seed=seed)
+                      seed=seed, hosts=(*hosts, "b"))
     if jitter:
-        for p in range(planes):
-            fab.link("uplink", "a", p).jitter = jitter
+        for h in hosts:
+            for p in range(planes):
+                fab.link("uplink", h, p).jitter = jitter
     return fab
 
 
@@ -69,64 +72,65 @@ def host_config(fab: Fabric, *, plane_rate: float, seed: int = 1, **kw: Any) -> 
     return default_config(fab, **base)
 
 
-@dataclass
-class _Clock:
-    start: float
-    end: float
-
-
 def run_client(fab: Fabric, config: Any, *, client: Client, msg_size: int = 64 << 10,
                duration: float = 2.0, depth: int = 64, offered: float | None = None,
                warmup: float = 0.1) -> dict[str, Any]:
-    """Run one client a->b for ``duration`` virtual seconds and measure it.
+    """Run one client per sender host (every host but the fabric's last) towards
+    the last host for ``duration`` virtual seconds, and measure them.
 
     ``serial``: the next message is submitted when the previous one is
     acknowledged (``braid.connect().send()`` in a loop). ``pipelined``:
     ``depth`` messages always queued. ``paced``: one message every
     msg_size/``offered`` seconds, whatever happens (an application producing
-    at a fixed rate). Figures are over [start + warmup, end].
+    at a fixed rate). Figures are over [start + warmup, end]; per-sender
+    figures are the worst sender's.
     """
     sim = Simulator(fab)
-    a, b = connect_pair(sim, "a", "b", config=config)
-    b.keep_data = False
-    _establish(sim, a, b, limit=0.5)
+    *srcs, dst = fab.hosts
+    pairs = [connect_pair(sim, src, dst, config=replace(config, seed=config.seed + i),
+                          cids=(10 + i, 100 + i)) for i, src in enumerate(srcs)]
+    for _, b in pairs:
+        b.keep_data = False
+    _establish(sim, *[p for pair in pairs for p in pair], limit=0.5)
     payload = bytes(msg_size)
     t0 = sim.now
-    clock = _Clock(t0, t0 + duration)
+    end = t0 + duration
 
-    def submit() -> None:
-        if sim.now < clock.end and a.failed is None:
+    def submit(a: Peer) -> None:
+        if sim.now < end and a.failed is None:
             a.conn.send_message(payload)
             sim.wake(a)
 
     def on_event(peer: Peer, ev: Event, now: float) -> None:
         if isinstance(ev, MessageAcked) and client != "paced":
-            submit()
+            submit(peer)
 
-    a.on_event = on_event
-    if client == "paced":
-        assert offered is not None and offered > 0
-        gap = msg_size / offered
-        n = int(duration / gap)
-        for i in range(n):
-            sim.at(t0 + i * gap, submit)
-    else:
-        for _ in range(1 if client == "serial" else depth):
-            submit()
+    for a, _ in pairs:
+        a.on_event = on_event
+        if client == "paced":
+            assert offered is not None and offered > 0
+            gap = msg_size / offered
+            for i in range(int(duration / gap)):
+                sim.at(t0 + i * gap, lambda a=a: submit(a))  # type: ignore[misc]
+        else:
+            for _ in range(1 if client == "serial" else depth):
+                submit(a)
 
-    samples: list[tuple[float, float, float, float]] = []  # t, cwnd, srtt, min_rtt
+    # Per sender: (cwnd, srtt, min_rtt) every millisecond.
+    samples: list[list[tuple[float, float, float]]] = [[] for _ in pairs]
 
     def sample() -> None:
-        r = a.conn.sender.rtt
-        samples.append((sim.now, float(a.conn.cc.cwnd), r.srtt, r.min_rtt))
-        if sim.now + 1e-3 < clock.end:
+        for (a, _), out in zip(pairs, samples, strict=True):
+            r = a.conn.sender.rtt
+            out.append((float(a.conn.cc.cwnd), r.srtt, r.min_rtt))
+        if sim.now + 1e-3 < end:
             sim.at(sim.now + 1e-3, sample)
 
     sim.at(t0 + warmup, sample)
-    sim.run(until=clock.end, max_events=50_000_000)
+    sim.run(until=end, max_events=50_000_000)
 
-    lo, hi = t0 + warmup, clock.end
-    times = [t for t, _, _ in b.delivered if lo <= t <= hi]
+    lo, hi = t0 + warmup, end
+    times = sorted(t for _, b in pairs for t, _, _ in b.delivered if lo <= t <= hi)
     nbins = int((hi - lo) / BIN)
     hit = [False] * nbins
     for t in times:
@@ -134,20 +138,25 @@ def run_client(fab: Fabric, config: Any, *, client: Client, msg_size: int = 64 <
         if k < nbins:
             hit[k] = True
     pts = [lo, *times, hi]
-    gap_max = max(y - x for x, y in zip(pts, pts[1:], strict=False))
-    delivered = sum(msg_size for t, _, _ in b.delivered if lo <= t <= hi)
-    cap = fab.aggregate_capacity("a", "b") * payload_fraction(config.payload_size)
+    gap_max = max(y - x for x, y in itertools.pairwise(pts))
+    delivered = msg_size * len(times)
+    cap = fab.aggregate_capacity(srcs[0], dst) * payload_fraction(config.payload_size)
     drops = sum(ln.drop_buffer for ln in fab.links())
-    sent_pkts = sum(fab.link("uplink", "a", p).enqueued for p in range(fab.planes))
-    srtts = [s for _, _, s, _ in samples]
-    min_rtt = min((m for _, _, _, m in samples), default=float("nan"))
-    cwnds = [w for _, w, _, _ in samples]
-    st = a.conn.cc.stats()
-    target = a.conn.cc.target_delay
-    srtt_mean = statistics.fmean(srtts) if srtts else float("nan")
+    sent_pkts = sum(fab.link("uplink", h, p).enqueued for h in srcs for p in range(fab.planes))
+    ctl = [a.conn.cc for a, _ in pairs]
+    stats = [c.stats() for c in ctl]
+    # The worst sender by srtt over (2 x its minimum + target).
+    worst = max(range(len(pairs)), key=lambda i: statistics.fmean(
+        s for _, s, _ in samples[i]) / (2 * min(m for _, _, m in samples[i])
+                                         + ctl[i].target_delay))
+    ws = samples[worst]
+    srtt_mean = statistics.fmean(s for _, s, _ in ws)
+    min_rtt = min(m for _, _, m in ws)
+    cwnds = [w for out in samples for w, _, _ in out]
     return {
         "client": client,
-        "failed": a.failed,
+        "senders": len(pairs),
+        "failed": [a.failed for a, _ in pairs if a.failed],
         "goodput": delivered / (hi - lo),
         "capacity": cap,
         "goodput_over_capacity": delivered / (hi - lo) / cap,
@@ -158,19 +167,19 @@ def run_client(fab: Fabric, config: Any, *, client: Client, msg_size: int = 64 <
         "sent_packets": sent_pkts,
         "drop_fraction": drops / sent_pkts if sent_pkts else 0.0,
         "srtt_mean": srtt_mean,
-        "srtt_max": max(srtts, default=float("nan")),
+        "srtt_max": max(s for _, s, _ in ws),
         "min_rtt": min_rtt,
-        "target_delay": target,
-        "srtt_limit": 2 * min_rtt + target,
-        "cwnd_min": min(cwnds, default=float("nan")),
-        "cwnd_median": statistics.median(cwnds) if cwnds else float("nan"),
-        "max_window": st.get("max_window", float("nan")),
-        "quick_adapt": st.get("quick_adapt", 0.0),
-        "quick_adapt_app_limited": st.get("quick_adapt_app_limited", 0.0),
-        "md": st.get("md", 0.0),
-        "rtos": a.conn.sender.rto_events,
-        "retransmissions": a.conn.sender.retransmissions,
-        "messages": a.acked_msgs,
+        "target_delay": ctl[worst].target_delay,
+        "srtt_limit": 2 * min_rtt + ctl[worst].target_delay,
+        "cwnd_min": min(cwnds),
+        "cwnd_median": statistics.median(cwnds),
+        "max_window": stats[0].get("max_window", float("nan")),
+        "quick_adapt": sum(st.get("quick_adapt", 0.0) for st in stats),
+        "quick_adapt_app_limited": sum(st.get("quick_adapt_app_limited", 0.0) for st in stats),
+        "md": sum(st.get("md", 0.0) for st in stats),
+        "rtos": sum(a.conn.sender.rto_events for a, _ in pairs),
+        "retransmissions": sum(a.conn.sender.retransmissions for a, _ in pairs),
+        "messages": sum(a.acked_msgs for a, _ in pairs),
     }
 
 
@@ -183,13 +192,14 @@ def scenario_jitter(*, client: Client = "pipelined", jitter: float = 3e-3,
 
 
 def scenario_taildrop(*, client: Client = "pipelined", plane_rate: float = PLANE_RATE,
-                      buffer: int = 256 << 10, duration: float = 2.0,
+                      senders: int = 1, buffer: int = 256 << 10, duration: float = 2.0,
                       seed: int = 22) -> dict[str, Any]:
-    """Hosts on 1 Gbit/s NICs, planes shaped to 100 Mbit/s at the switch port
-    towards the receiver, tail drop (``buffer`` bytes), no ECN, no trimming.
-    ``plane_rate`` is what the connection is told (the daemon's old default
-    was 1.25e9 B/s: 100x too high)."""
-    fab = testbed_fabric(nic_rate=10 * PLANE_RATE, buffer=buffer, seed=seed)
+    """``senders`` hosts on 1 Gbit/s NICs to one receiver; every plane is shaped to
+    100 Mbit/s at the switch ports, tail drop (``buffer`` bytes), no ECN, no
+    trimming (a tbf). ``plane_rate`` is what the connection is told: the
+    topology's bottleneck (testbed.topology.connection_plane_rate) or, as
+    before issue 12, the daemon default 1.25e9 B/s (100x too high)."""
+    fab = testbed_fabric(nic_rate=10 * PLANE_RATE, buffer=buffer, senders=senders, seed=seed)
     cfg = host_config(fab, plane_rate=plane_rate, seed=seed)
     return run_client(fab, cfg, client=client, duration=duration)
 
