@@ -22,6 +22,7 @@ import statistics
 from dataclasses import replace
 from typing import Any, Literal
 
+from testbed import topology
 from testbed.sim.driver import Simulator
 from testbed.sim.fabric import Fabric, LinkSpec
 from testbed.sim.scenarios import (
@@ -191,16 +192,34 @@ def scenario_jitter(*, client: Client = "pipelined", jitter: float = 3e-3,
     return run_client(fab, cfg, client=client, duration=duration)
 
 
-def scenario_taildrop(*, client: Client = "pipelined", plane_rate: float = PLANE_RATE,
-                      senders: int = 1, buffer: int = 256 << 10, duration: float = 2.0,
-                      seed: int = 22) -> dict[str, Any]:
-    """``senders`` hosts on 1 Gbit/s NICs to one receiver; every plane is shaped to
-    100 Mbit/s at the switch ports, tail drop (``buffer`` bytes), no ECN, no
-    trimming (a tbf). ``plane_rate`` is what the connection is told: the
-    topology's bottleneck (testbed.topology.connection_plane_rate) or, as
-    before issue 12, the daemon default 1.25e9 B/s (100x too high)."""
-    fab = testbed_fabric(nic_rate=10 * PLANE_RATE, buffer=buffer, senders=senders, seed=seed)
-    cfg = host_config(fab, plane_rate=plane_rate, seed=seed)
+#: The tail-drop testbed: 100 Mbit/s planes behind 1 Gbit/s host NICs, 256 KB
+#: tail-drop buffers, no ECN, no trimming (what tbf gives).
+TAILDROP_TOPOLOGY: dict[str, Any] = {
+    "hosts": 2, "planes": 2,
+    "link": {"rate": "100mbit", "buffer": "256KB", "host": {"up": {"rate": "1gbit"}}},
+}
+
+
+def scenario_taildrop(*, client: Client = "pipelined", plane_rate: float | None = None,
+                      senders: int = 1, buffer: int | None = None, duration: float = 2.0,
+                      loss_as_mark: bool = True, seed: int = 22) -> dict[str, Any]:
+    """``senders`` hosts to one receiver over ``TAILDROP_TOPOLOGY``: the planes'
+    switch ports are the bottleneck and tail-drop. ``plane_rate`` is what the
+    connection is told; by default what the testbed hands the daemon
+    (testbed.topology.connection_plane_rate). Before issue 12 the daemon kept
+    its default, 1.25e9 B/s: 100x too high. ``loss_as_mark`` False turns off
+    Braid's deviation from UEC (docs/congestion.md) for comparison."""
+    topo = topology.load(TAILDROP_TOPOLOGY)
+    rate = topology.plane_bottleneck_rate(topo, 0)
+    host = topo.links[0]
+    assert rate is not None
+    fab = testbed_fabric(rate=rate, nic_rate=host.up.rate_bps / 8,
+                         buffer=host.down.buffer if buffer is None else buffer,
+                         planes=topo.planes, senders=senders, seed=seed)
+    told = topology.connection_plane_rate(topo) if plane_rate is None else plane_rate
+    assert told is not None
+    cfg = host_config(fab, plane_rate=told, seed=seed)
+    cfg = replace(cfg, congestion_params={**cfg.congestion_params, "loss_as_mark": loss_as_mark})
     return run_client(fab, cfg, client=client, duration=duration)
 
 
