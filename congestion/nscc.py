@@ -21,8 +21,8 @@ ECN                   no change (NOOP)       multiplicative decrease
   target) / avg, where avg is the *filtered* delay (an EWMA), at most once
   per RTT and at most by half.
 - QuickAdapt: on a loss, a timeout, or a filtered delay above ``qa_delay``,
-  the window jumps to the bytes delivered in the last (base RTT + target),
-  once per such period; acknowledgements of packets already in flight are
+  the window jumps to the bytes delivered in the last (base RTT + target)
+  (or smoothed RTT, if longer), once per such period; acknowledgements of packets already in flight are
   then ignored for one RTT (they describe the old queue). Braid skips it
   when the period was application-limited (the delivered bytes measure the
   application, not the network) and never cuts below ``qa_floor`` × BDP (a

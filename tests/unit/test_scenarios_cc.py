@@ -8,6 +8,9 @@ figures are defined in testbed/sim/scenarios_cc.py and reported by
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import pytest
 
 from testbed import topology
@@ -67,3 +70,14 @@ def test_plane_rate_comes_from_the_topology_bottleneck() -> None:
     unshaped = topology.load({"hosts": 2, "planes": 1})
     assert topology.plane_bottleneck_rate(unshaped, 0) is None
     assert topology.connection_plane_rate(unshaped) is None
+
+
+def test_demo_daemon_config_carries_the_topology_plane_rate(tmp_path: Path) -> None:
+    from tools.demo.run import TOPOLOGY, connection_toml
+    from transport.daemon import parse_config
+
+    text = connection_toml(topology.load(TOPOLOGY))
+    data = tomllib.loads(
+        'name = "h0"\ninsecure = true\nsocket = "h0.sock"\nplanes = ["10.0.0.2"]\n' + text)
+    cfg = parse_config(data, "h0.toml", tmp_path)
+    assert cfg.connection.plane_rate == 12.5e6  # 100 Mbit/s planes, not the 1.25e9 default
