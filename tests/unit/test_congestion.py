@@ -73,7 +73,7 @@ def test_quadrant_no_ecn_below_target_increases_proportionally() -> None:
     ack(c, 0.0, BASE)  # delay 0, target 0.5 ms
     # fair (MTU per RTT) + headroom (target - delay) x rate (bytes per RTT), per acked byte.
     fair = MTU * MTU / 5000
-    headroom = 0.5e-3 * RATE * MTU / 5000
+    headroom = 0.25 * 0.5e-3 * RATE * MTU / 5000  # pi_gain 0.25
     assert c._cwnd == pytest.approx(5000 + fair + headroom)
     assert c.stats()["proportional_inc"] == 1
 
@@ -88,7 +88,7 @@ def test_proportional_increase_shrinks_towards_target() -> None:
 
     near, far = step(0.45e-3), step(0.1e-3)
     assert 0 < near < far
-    assert near == pytest.approx(MTU * MTU / 5000 + 0.05e-3 * RATE * MTU / 5000)
+    assert near == pytest.approx(MTU * MTU / 5000 + 0.25 * 0.05e-3 * RATE * MTU / 5000)
 
 
 def test_fast_increase_only_after_a_window_with_near_zero_delay() -> None:
