@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,3 +82,17 @@ def test_demo_daemon_config_carries_the_topology_plane_rate(tmp_path: Path) -> N
         'name = "h0"\ninsecure = true\nsocket = "h0.sock"\nplanes = ["10.0.0.2"]\n' + text)
     cfg = parse_config(data, "h0.toml", tmp_path)
     assert cfg.connection.plane_rate == 12.5e6  # 100 Mbit/s planes, not the 1.25e9 default
+
+
+def test_loss_as_mark_deviation_on_a_non_marking_incast() -> None:
+    # Braid's deviation from UEC (docs/congestion.md): four pipelined senders
+    # into one receiver over 64 KB tail-drop buffers. With delay as the mark
+    # after a congestive loss: 0.6% drops; UEC as specified: 3.6%.
+    kw: dict[str, Any] = {"client": "pipelined", "senders": 4, "buffer": 64 << 10,
+                          "duration": 0.5}
+    on = C.scenario_taildrop(**kw)
+    off = C.scenario_taildrop(loss_as_mark=False, **kw)
+    assert not on["failed"] and not off["failed"]
+    assert on["drop_fraction"] <= 0.01, on
+    assert off["drop_fraction"] > 2 * on["drop_fraction"], (on, off)
+    assert on["srtt_mean"] / on["srtt_limit"] < off["srtt_mean"] / off["srtt_limit"]
