@@ -14,9 +14,9 @@ ECN                   no change (NOOP)       multiplicative decrease
   headroom, (target − delay) × line rate bytes, per RTT (plus the fair
   increase, so the increase is continuous across the target). ``pi_gain``
   0.25 fills the headroom over ~4 RTTs: every flow on a shared bottleneck
-  sees the whole headroom (with 1.0, the 8-to-1 incast trimmed 3x more). Fast increase (the window grows by what
-  is acked: doubling per RTT) runs only while the queueing delay stays near
-  zero for a whole window of ACKs.
+  sees the whole headroom (with 1.0, the 8-to-1 incast trimmed 3x more).
+  Fast increase (the window grows by what is acked: doubling per RTT) runs
+  only while the queueing delay stays near zero for a whole window of ACKs.
 - Under packet spraying, ECN with little delay means one hot path, which the
   path policy steers away from: the window stays. ECN *and* delay means the
   connection sends too much: the window is cut by ``md_gain`` × (avg −
@@ -24,8 +24,9 @@ ECN                   no change (NOOP)       multiplicative decrease
   per RTT and at most by half.
 - QuickAdapt: on a loss, a timeout, or a filtered delay above ``qa_delay``,
   the window jumps to the bytes delivered in the last (base RTT + target)
-  (or smoothed RTT, if longer), once per such period; acknowledgements of packets already in flight are
-  then ignored for one RTT (they describe the old queue). Braid skips it
+  (or smoothed RTT, if longer), once per such period; acknowledgements of
+  packets already in flight are then ignored for one RTT (they describe the
+  old queue). Braid skips it
   when the period was application-limited (the delivered bytes measure the
   application, not the network) and never cuts below ``qa_floor`` × BDP (a
   stalled period — every packet on a dead plane — measures the failure).
