@@ -26,10 +26,10 @@ ECN                   no change (NOOP)       multiplicative decrease
   the window jumps to the bytes delivered in the last (base RTT + target)
   (or smoothed RTT, if longer), once per such period; acknowledgements of
   packets already in flight are then ignored for one RTT (they describe the
-  old queue). Braid skips it
-  when the period was application-limited (the delivered bytes measure the
-  application, not the network) and never cuts below ``qa_floor`` × BDP (a
-  stalled period — every packet on a dead plane — measures the failure).
+  old queue). Braid skips it when the period was application-limited (the
+  delivered bytes measure the application, not the network) and never cuts
+  below ``qa_floor`` × BDP (a stalled period — every packet on a dead plane —
+  measures the failure).
 - The window lives in [``mtu``, maxwnd], maxwnd = ``max_bdp_factor`` (1.5)
   × BDP, BDP = line rate × base RTT (the measured minimum RTT).
 
