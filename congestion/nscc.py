@@ -26,10 +26,12 @@ ECN                   no change (NOOP)       multiplicative decrease
   the window jumps to the bytes delivered in the last (base RTT + target)
   (or smoothed RTT, if longer), once per such period; acknowledgements of
   packets already in flight are then ignored for one RTT (they describe the
-  old queue). Braid skips it when the period was application-limited (the
-  delivered bytes measure the application, not the network) and never cuts
-  below ``qa_floor`` × BDP (a stalled period — every packet on a dead plane —
-  measures the failure).
+  old queue). As in UEC it fires only when the delivered bytes are below
+  ``qa_gate`` (1/8) of maxwnd: it is for a collapse, not for a queue the
+  quadrants handle. Braid skips it when the period was application-limited
+  (the delivered bytes measure the application, not the network) and never
+  cuts below ``qa_floor`` (1/16) of maxwnd (a stalled period — every packet
+  on a dead plane — measures the failure).
 - The window lives in [``mtu``, maxwnd], maxwnd = ``max_bdp_factor`` (1.5)
   × BDP, BDP = line rate × base RTT (the measured minimum RTT).
 
@@ -91,7 +93,8 @@ class Nscc:
         fi_gain: float = 1.0,
         fi_delay: float | None = None,
         qa_delay: float | None = None,
-        qa_floor: float = 0.25,
+        qa_floor: float = 0.0625,
+        qa_gate: float = 0.125,
         delay_ewma: float = 0.125,
         pacing_gain: float = 1.25,
         burst_packets: int = 4,
@@ -105,8 +108,8 @@ class Nscc:
             raise ValueError("delay_ewma must be in (0, 1]")
         if target_delay is not None and target_delay <= 0:
             raise ValueError("target_delay must be positive")
-        if not 0 <= qa_floor <= max_bdp_factor:
-            raise ValueError("qa_floor must be in [0, max_bdp_factor]")
+        if not 0 <= qa_floor <= qa_gate <= 1:
+            raise ValueError("need 0 <= qa_floor <= qa_gate <= 1 (fractions of maxwnd)")
         self.mtu = mtu
         self.line_rate = line_rate
         self.max_bdp_factor = max_bdp_factor
@@ -122,6 +125,7 @@ class Nscc:
         self.pi_gain = pi_gain
         self.fi_gain = fi_gain
         self.qa_floor = qa_floor
+        self.qa_gate = qa_gate
         self.delay_ewma = delay_ewma
         self.pacing_gain = pacing_gain
         self.probe_gain = probe_gain
@@ -220,7 +224,12 @@ class Nscc:
             self._counts["quick_adapt_app_limited"] += 1
             return
         delivered = float(self._delivered_since(now - period))
-        floor = self.qa_floor * self.bdp
+        if delivered >= self.qa_gate * self.max_window:
+            # UEC's gate: QuickAdapt is for a collapse (the network delivers
+            # a small fraction of what the window allows), not for a queue
+            # the other quadrants handle, nor for delay noise on a busy host.
+            return
+        floor = self.qa_floor * self.max_window
         target = max(delivered, floor)
         if target >= self._cwnd:
             return

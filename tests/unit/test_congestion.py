@@ -194,7 +194,9 @@ def test_base_rtt_is_per_plane() -> None:
 
 
 def test_quick_adapt_on_loss_cuts_to_delivered_once_per_period() -> None:
-    c = make()
+    # Target 2 ms: max window 30 kB, so QuickAdapt's gate (1/8) is 3750 B and
+    # its floor (1/16) 1875 B.
+    c = make(target_delay=2e-3)
     ack(c, 0.0, BASE, acked=500)  # outside the last period (base + target) at t=0.01
     for i in range(3):
         ack(c, 0.0095 + i * 1e-4, BASE)
@@ -214,6 +216,17 @@ def test_quick_adapt_on_loss_cuts_to_delivered_once_per_period() -> None:
     assert c.cwnd > 3000
 
 
+def test_quick_adapt_only_below_the_gate() -> None:
+    # UEC's gate: 4 kB delivered in the period is more than 1/8 of the 30 kB
+    # max window: not a collapse, the quadrants handle it.
+    c = make(target_delay=2e-3)
+    for i in range(4):
+        ack(c, 0.0095 + i * 1e-4, BASE)
+    block(c)
+    c.on_loss(now=0.01, lost_bytes=MTU)
+    assert c.stats()["quick_adapt"] == 0 and c.cwnd > 10_000
+
+
 def test_quick_adapt_is_skipped_when_application_limited() -> None:
     # Issue 12 item 2: the sender never filled the window, so what came back
     # in the last period measures the application, not the network.
@@ -228,10 +241,10 @@ def test_quick_adapt_is_skipped_when_application_limited() -> None:
 def test_quick_adapt_after_a_stall_stops_at_the_floor_not_one_packet() -> None:
     # Issue 12 item 2: a stalled period (every packet on a dead plane)
     # delivers nothing; the window must not become one packet.
-    c = make()
+    c = make(target_delay=2e-3)
     block(c)
     c.on_timeout(now=1.0)
-    assert c.cwnd == 0.25 * 10_000  # qa_floor x BDP
+    assert c.cwnd == 30_000 / 16  # qa_floor x max window
     assert c.stats()["quick_adapt"] == 1
 
 
@@ -247,16 +260,17 @@ def test_quick_adapt_does_not_grow_the_window() -> None:
 def test_quick_adapt_on_sustained_delay_but_not_on_one_late_packet() -> None:
     # Issue 12 item 3: one 5 ms sample (scheduling noise) is not a 5 ms queue.
     c = make()
-    ack(c, 0.0, BASE)
+    ack(c, 0.0, BASE, acked=100)
     block(c)
-    ack(c, 0.01, BASE + 5e-3)
+    ack(c, 0.01, BASE + 5e-3, acked=100)
     assert c.stats()["quick_adapt"] == 0
-    # A queue that stays: the filtered delay crosses qa_delay (2 ms).
+    # A queue that stays, and little gets through: the filtered delay
+    # crosses qa_delay (2 ms).
     t = 0.01
     while c.stats()["quick_adapt"] == 0:
         t += 1e-4
         assert t < 0.02
-        ack(c, t, BASE + 5e-3)
+        ack(c, t, BASE + 5e-3, acked=100)
     assert c.qdelay == 0.0  # reset: the samples in flight describe the old queue
     assert c.cwnd < 10_000
 
@@ -413,7 +427,7 @@ def test_base_rtt_is_learned_not_the_configured_guess() -> None:
     c = make()
     block(c)
     c.on_timeout(now=0.0)
-    assert c.cwnd == 2500  # QuickAdapt's floor
+    assert c.cwnd == MTU  # QuickAdapt's floor (1/16 of 15 kB) is below one packet
     _rtt_rounds(c, 12, lambda: 10e-3)
     assert c.stats()["base_rtt"] == pytest.approx(10e-3)
     assert c.cwnd >= RATE * 10e-3
