@@ -42,6 +42,12 @@ class CongestionController(Protocol):
         """Congestion window, bytes."""
         ...
 
+    @property
+    def target_delay(self) -> float:
+        """Queueing delay (seconds) the controller accepts as normal; the core
+        counts a loss as congestive only with more queueing than this behind it."""
+        ...
+
     def on_ack(self, sample: AckSample) -> None: ...
 
     def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool) -> None:

@@ -37,6 +37,11 @@ class FixedWindow:
     def cwnd(self) -> int:
         return self._window
 
+    @property
+    def target_delay(self) -> float:
+        # No delay target: any queueing behind a loss makes it congestive.
+        return 0.0
+
     def on_ack(self, sample: AckSample) -> None:
         self._acked += sample.acked_bytes
 

@@ -1,27 +1,61 @@
-"""NSCC-style window congestion control (after UEC 1.0 NSCC and NDP).
+"""NSCC window congestion control, as the UEC 1.0 specification describes it.
 
-Two signals are combined in four quadrants: ECN marks (a switch queue is
-above its marking threshold *somewhere*) and queueing delay compared with a
-target (how much queue *this* connection is seeing). Under packet spraying,
-ECN in the core mostly means load imbalance, which the path policy fixes by
-steering away; only ECN *with* high delay means the connection as a whole
-sends too much. See PROTOCOL-NOTES.md, "Ultra Ethernet transport".
+Every ACK is classified by two signals of *that packet*: its queueing delay
+(RTT minus its plane's base RTT) against the delay target, and its ECN echo.
 
-The window starts at one BDP (NDP: start at line rate, the fabric trims
-instead of dropping, so a too-large first window costs headers, not RTOs).
+====================  =====================  ==================================
+                      delay < target         delay >= target
+====================  =====================  ==================================
+no ECN                proportional increase  fair (gentle, additive) increase
+ECN                   no change (NOOP)       multiplicative decrease
+====================  =====================  ==================================
 
-The configured ``base_rtt`` is only a first guess: the controller learns the
-real base RTT (the minimum RTT sample) and derives the BDP, the window cap,
-the default delay target and QuickAdapt threshold from it, and rate-limits
-multiplicative decrease by the measured RTT. A guess 10x too small otherwise
-caps the window at a tenth of the real BDP and lets MD fire ten times per RTT.
+- Proportional increase grows the window by ``pi_gain`` × the queue
+  headroom, (target − delay) × line rate bytes, per RTT (plus the fair
+  increase, so the increase is continuous across the target). ``pi_gain``
+  0.25 fills the headroom over ~4 RTTs: every flow on a shared bottleneck
+  sees the whole headroom (with 1.0, the 8-to-1 incast trimmed 3x more).
+  Fast increase (the window grows by what is acked: doubling per RTT) runs
+  only while the queueing delay stays near zero for a whole window of ACKs.
+- Under packet spraying, ECN with little delay means one hot path, which the
+  path policy steers away from: the window stays. ECN *and* delay means the
+  connection sends too much: the window is cut by ``md_gain`` × (avg −
+  target) / avg, where avg is the *filtered* delay (an EWMA), at most once
+  per RTT and at most by half.
+- QuickAdapt: on a loss, a timeout, or a filtered delay above ``qa_delay``,
+  the window jumps to the bytes delivered in the last (base RTT + target)
+  (or smoothed RTT, if longer), once per such period; acknowledgements of
+  packets already in flight are then ignored for one RTT (they describe the
+  old queue). As in UEC it fires only when the delivered bytes are below
+  ``qa_gate`` (1/8) of maxwnd: it is for a collapse, not for a queue the
+  quadrants handle. Braid skips it when the period was application-limited
+  (the delivered bytes measure the application, not the network) and never
+  cuts below ``qa_floor`` (1/16) of maxwnd (a stalled period — every packet
+  on a dead plane — measures the failure).
+- The window lives in [``mtu``, maxwnd], maxwnd = ``max_bdp_factor`` (1.5)
+  × BDP, BDP = line rate × base RTT (the measured minimum RTT).
 
-Queueing delay alone is an ambiguous signal (software switches and event
-loops add milliseconds of jitter with no queue at all): after ``quiet_rtts``
-RTTs without any congestion signal (ECN mark, trim, loss, timeout,
-QuickAdapt), the "above target, no ECN" quadrant grows by at least
-``probe_gain`` of the window per RTT instead of one MTU, so a window cut to
-1 MTU returns to the BDP in tens of RTTs, not in BDP/MTU RTTs.
+Braid's deviations from the specification (docs/congestion.md has the
+scenarios that motivate each):
+
+1. Loss on a fabric that never marks. UEC assumes ECN-marking switches; a
+   tbf or a port with marking off never marks, so delay above target only
+   ever meets the fair increase and the queue grows to the buffer. Once a
+   congestive loss (reported by the connection only when there was queueing
+   behind it) has been seen and no ECN mark ever has, the connection treats
+   delay above target as the mark: the ECN row applies to every ACK. The
+   first ECN mark switches this off for good, so a marking fabric behaves
+   exactly as specified.
+2. Probing above target. After ``quiet_rtts`` RTTs without any congestion
+   signal (ECN, trim, loss, timeout, QuickAdapt), the fair increase grows
+   by at least ``probe_gain`` of the window per RTT: on a software host
+   whose scheduling jitter sits above the target, a window cut to the floor
+   otherwise needs BDP/MTU RTTs to come back. Not used on a non-marking
+   fabric after loss (there, delay above target is the congestion signal).
+3. maxwnd also covers the target queue: max(1.5 × BDP, BDP + line rate ×
+   target). The two agree when target <= BDP/2 worth of time (UEC's
+   datacentre setting); a software host's 2 ms target on a 0.3 ms fabric
+   could otherwise never fill the pipe at the RTT it is told to accept.
 """
 
 from __future__ import annotations
@@ -35,11 +69,13 @@ from congestion.base import AckSample, Pacer
 class Nscc:
     """Window controller. Units: bytes, seconds, bytes/second.
 
-    ``line_rate`` and ``base_rtt`` give the BDP; the window lives in
-    [``mtu``, ``max_bdp_factor`` * BDP]. ``target_delay`` is the queueing
-    delay the controller aims for (default base_rtt / 2). ``qa_delay`` is the
-    queueing delay that triggers QuickAdapt (default 4 * target). Both
-    defaults follow the learned base RTT; explicit values stay fixed.
+    ``line_rate`` is the connection's rate over all planes (plane rate ×
+    planes); with ``base_rtt`` it gives the BDP. ``target_delay`` is the
+    queueing delay the controller aims for (default base_rtt / 2).
+    ``qa_delay`` is the filtered queueing delay that triggers QuickAdapt
+    (default 4 × target). Both defaults follow the learned base RTT; explicit
+    values stay fixed. ``fi_delay`` is "near zero" for fast increase (default
+    target / 10).
     """
 
     def __init__(
@@ -53,21 +89,27 @@ class Nscc:
         initial_window: int | None = None,
         md_gain: float = 0.8,
         md_floor: float = 0.5,
-        pi_gain: float = 1.0,
+        pi_gain: float = 0.25,
         fi_gain: float = 1.0,
+        fi_delay: float | None = None,
         qa_delay: float | None = None,
-        delay_samples: int = 16,
+        qa_floor: float = 0.0625,
+        qa_gate: float = 0.125,
+        delay_ewma: float = 0.125,
         pacing_gain: float = 1.25,
         burst_packets: int = 4,
         probe_gain: float = 0.25,
         quiet_rtts: float = 4.0,
+        loss_as_mark: bool = True,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
-        if delay_samples < 1:
-            raise ValueError("delay_samples must be at least 1")
+        if not 0 < delay_ewma <= 1:
+            raise ValueError("delay_ewma must be in (0, 1]")
         if target_delay is not None and target_delay <= 0:
             raise ValueError("target_delay must be positive")
+        if not 0 <= qa_floor <= qa_gate <= 1:
+            raise ValueError("need 0 <= qa_floor <= qa_gate <= 1 (fractions of maxwnd)")
         self.mtu = mtu
         self.line_rate = line_rate
         self.max_bdp_factor = max_bdp_factor
@@ -75,16 +117,20 @@ class Nscc:
         self._rtt_guess = base_rtt
         self._target_cfg = target_delay
         self._qa_cfg = qa_delay
+        self._fi_cfg = fi_delay
         self._min_rtt = math.inf
         self._set_base(base_rtt)
-        self.probe_gain = probe_gain
-        self.quiet_rtts = quiet_rtts
-        self._last_signal = -math.inf
         self.md_gain = md_gain
         self.md_floor = md_floor
         self.pi_gain = pi_gain
         self.fi_gain = fi_gain
+        self.qa_floor = qa_floor
+        self.qa_gate = qa_gate
+        self.delay_ewma = delay_ewma
         self.pacing_gain = pacing_gain
+        self.probe_gain = probe_gain
+        self.quiet_rtts = quiet_rtts
+        self.loss_as_mark = loss_as_mark
 
         init = self.bdp if initial_window is None else float(initial_window)
         self._cwnd = self._clamp(init)
@@ -93,19 +139,33 @@ class Nscc:
         # propagation delay, so one connection-wide minimum would read the
         # slower plane's propagation as queueing.
         self._plane_base: dict[int, float] = {}
-        # Median of recent queueing-delay samples across all paths: a mean or
-        # an EWMA is dragged by the one hot spine a few sprayed packets hit.
-        self._delays: deque[float] = deque(maxlen=delay_samples)
-        self._qdelay = 0.0
+        self._delay = 0.0  # the last ACK's queueing delay (the quadrant's input)
+        self._avg_delay = 0.0  # filtered: sizes MD, triggers QuickAdapt
         self._delivered: deque[tuple[float, int]] = deque()
+        self._fi_bytes = 0.0  # bytes acked with near-zero delay in a row
         self._last_md = -math.inf
         self._last_qa = -math.inf
+        self._last_signal = -math.inf
         self._hold_until = -math.inf
+        # Deviation 1: has the fabric ever signalled congestion itself (an
+        # ECN mark or a trim)? If not, and it drops packets with a queue
+        # behind them, delay above target is the mark.
+        self._fabric_signals = False
+        self._delay_is_mark = False
+        # Application-limited detection for QuickAdapt: did the window hold
+        # back a packet the sender had ready, in this or the previous
+        # QuickAdapt period? (No ACKs arrive during a stall, so a stalled
+        # sender that is still blocked stays on record.)
+        self._blocked = False
+        self._prev_blocked = False
+        self._period_until = -math.inf
         self._pacer = Pacer(rate=self._pacing_rate(), burst=burst_packets * mtu)
         self._counts: dict[str, float] = {
             "md": 0.0,
             "quick_adapt": 0.0,
+            "quick_adapt_app_limited": 0.0,
             "proportional_inc": 0.0,
+            "fast_inc": 0.0,
             "fair_inc": 0.0,
             "ecn_hold": 0.0,
             "acked_bytes": 0.0,
@@ -120,9 +180,11 @@ class Nscc:
         """(Re)derive everything that scales with the base RTT."""
         self.base_rtt = base
         self.bdp = max(self.line_rate * base, float(self.mtu))
-        self.max_window = max(self.max_bdp_factor * self.bdp, self.min_window)
         self.target_delay = base / 2 if self._target_cfg is None else self._target_cfg
         self.qa_delay = 4 * self.target_delay if self._qa_cfg is None else self._qa_cfg
+        self.fi_delay = self.target_delay / 10 if self._fi_cfg is None else self._fi_cfg
+        self.max_window = max(self.max_bdp_factor * self.bdp,
+                              self.bdp + self.line_rate * self.target_delay, self.min_window)
 
     def _clamp(self, w: float) -> float:
         return min(max(w, self.min_window), self.max_window)
@@ -132,6 +194,11 @@ class Nscc:
         # off in either direction.
         return self._rtt_guess if self._srtt is None else max(self._srtt, self.base_rtt)
 
+    def _qa_period(self) -> float:
+        # UEC: QuickAdapt's measurement period is base RTT + target (the RTT
+        # a packet has when the controller is on target).
+        return self.base_rtt + self.target_delay
+
     def _pacing_rate(self) -> float:
         srtt = self.base_rtt if self._srtt is None else self._srtt
         # Pacing faster than our own NIC only moves the queue into the NIC.
@@ -140,33 +207,58 @@ class Nscc:
     def _update_pacer(self) -> None:
         self._pacer.rate = self._pacing_rate()
 
-    def _delivered_last_rtt(self, now: float) -> int:
-        start = now - self._rtt_est()
+    def _delivered_since(self, start: float) -> int:
         return sum(b for t, b in self._delivered if t > start)
 
     def _quick_adapt(self, now: float) -> None:
-        # QuickAdapt: the bytes that really got through in the last RTT are a
-        # safe window; jumping there at once beats many MD steps when a
-        # plane dies or an incast starts. Once per RTT, or a burst of loss
-        # reports would ratchet the window to the minimum.
-        rtt = self._rtt_est()
-        if now - self._last_qa < rtt:
+        # The bytes that really got through in the last period are a safe
+        # window; jumping there at once beats many MD steps when a plane dies
+        # or an incast starts. Once per period, or a burst of loss reports
+        # would ratchet the window down.
+        period = max(self._qa_period(), self._rtt_est())
+        if now - self._last_qa < period:
             return
         self._last_qa = now
-        delivered = float(self._delivered_last_rtt(now))
-        if delivered >= self._cwnd:
+        if not (self._blocked or self._prev_blocked):
+            # Application-limited: what was delivered is what was offered.
+            self._counts["quick_adapt_app_limited"] += 1
             return
-        self._cwnd = self._clamp(delivered)
+        delivered = float(self._delivered_since(now - period))
+        if delivered >= self.qa_gate * self.max_window:
+            # UEC's gate: QuickAdapt is for a collapse (the network delivers
+            # a small fraction of what the window allows), not for a queue
+            # the other quadrants handle, nor for delay noise on a busy host.
+            return
+        floor = self.qa_floor * self.max_window
+        target = max(delivered, floor)
+        if target >= self._cwnd:
+            return
+        self._cwnd = self._clamp(target)
         self._last_signal = now
+        self._fi_bytes = 0.0
         self._counts["quick_adapt"] += 1
         # ACKs of the packets already in flight still describe the old queue
-        # (UEC NSCC ignores them too): no increase, no MD, no delay samples
-        # for one RTT, so the same queue is neither punished twice nor
-        # "recovered" from before it drained.
-        self._delays.clear()
-        self._qdelay = 0.0
-        self._hold_until = now + rtt
+        # (UEC ignores them too): no increase, no MD for one RTT, so the same
+        # queue is neither punished twice nor "recovered" from before it drained.
+        self._avg_delay = 0.0
+        self._hold_until = now + self._rtt_est()
         self._update_pacer()
+
+    def _unmarked_congestion(self) -> None:
+        if self.loss_as_mark and not self._fabric_signals:
+            self._delay_is_mark = True
+
+    def _multiplicative_decrease(self, now: float) -> None:
+        # One RTT of marks describes one queue, not many: at most one cut per
+        # measured RTT, sized by the filtered delay (a single late packet
+        # does not decide how much to cut).
+        avg, target = self._avg_delay, self.target_delay
+        if avg <= target or now - self._last_md < self._rtt_est():
+            return
+        factor = max(1.0 - self.md_gain * (avg - target) / avg, self.md_floor)
+        self._cwnd = self._clamp(self._cwnd * factor)
+        self._last_md = now
+        self._counts["md"] += 1
 
     # -- CongestionController ----------------------------------------------------
 
@@ -180,83 +272,88 @@ class Nscc:
 
     @property
     def qdelay(self) -> float:
-        """Current robust queueing-delay estimate (seconds)."""
-        return self._qdelay
+        """Filtered queueing-delay estimate (seconds)."""
+        return self._avg_delay
 
     def on_ack(self, sample: AckSample) -> None:
         now = sample.now
-        self._counts["acked_bytes"] += sample.acked_bytes
-        self._delivered.append((now, sample.acked_bytes))
-        horizon = now - 2 * self._rtt_est()
+        acked = sample.acked_bytes
+        self._counts["acked_bytes"] += acked
+        self._delivered.append((now, acked))
+        if now >= self._period_until:
+            self._prev_blocked, self._blocked = self._blocked, False
+            self._period_until = now + self._qa_period()
+        horizon = now - 2 * max(self._rtt_est(), self._qa_period())
         while self._delivered and self._delivered[0][0] < horizon:
             self._delivered.popleft()
+        if sample.ecn:
+            self._fabric_signals = True
+            self._delay_is_mark = False
+            self._last_signal = now
 
         rtt = sample.rtt
-        if rtt is not None and rtt > 0:
-            self._srtt = rtt if self._srtt is None else 0.875 * self._srtt + 0.125 * rtt
-            if rtt < self._min_rtt:
-                self._min_rtt = rtt
-                self._set_base(rtt)
-                self._cwnd = min(self._cwnd, self.max_window)
-            base = self._plane_base.get(sample.plane)
-            if base is None or rtt < base:
-                self._plane_base[sample.plane] = base = rtt
-            if now >= self._hold_until:
-                self._delays.append(max(rtt - base, 0.0))
-                ordered = sorted(self._delays)
-                n = len(ordered)
-                mid = n // 2
-                self._qdelay = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
+        if rtt is None or rtt <= 0:
+            # No delay sample for this ACK (Karn): no quadrant to decide.
+            self._update_pacer()
+            return
+        self._srtt = rtt if self._srtt is None else 0.875 * self._srtt + 0.125 * rtt
+        if rtt < self._min_rtt:
+            self._min_rtt = rtt
+            self._set_base(rtt)
+            self._cwnd = min(self._cwnd, self.max_window)
+        base = self._plane_base.get(sample.plane)
+        if base is None or rtt < base:
+            self._plane_base[sample.plane] = base = rtt
         if now < self._hold_until:
             self._update_pacer()
             return
-        d = self._qdelay
-        target = self.target_delay
-        if d > self.qa_delay:
+        d = max(rtt - base, 0.0)
+        self._delay = d
+        self._avg_delay += self.delay_ewma * (d - self._avg_delay)
+        if self._avg_delay > self.qa_delay:
             self._quick_adapt(now)
-            return
+            if now < self._hold_until:
+                return
 
+        target = self.target_delay
+        marked = sample.ecn or (self._delay_is_mark and d >= target)
+        if marked:
+            self._fi_bytes = 0.0
+            if d >= target:
+                self._multiplicative_decrease(now)
+            else:
+                # An imbalanced core: the path policy steers away, the
+                # window stays.
+                self._counts["ecn_hold"] += 1
+            self._update_pacer()
+            return
         # Application-limited: a window the sender does not fill says nothing
         # about the network; growing it would only store a burst for later.
-        limited = sample.in_flight < self._cwnd / 2
-        if sample.ecn:
-            self._last_signal = now
-        if not sample.ecn:
-            if limited:
-                pass
-            elif d <= target:
-                # Proportional increase, floored by the fair increase so the
-                # increase is continuous across the target.
-                fair = self.fi_gain * self.mtu / self._cwnd
-                prop = self.pi_gain * (target - d) / target
-                self._cwnd = self._clamp(self._cwnd + sample.acked_bytes * (fair + prop))
-                self._counts["proportional_inc"] += 1
+        if sample.in_flight < self._cwnd / 2:
+            self._update_pacer()
+            return
+        fair = self.fi_gain * self.mtu * acked / self._cwnd
+        if d < target:
+            if d <= self.fi_delay:
+                self._fi_bytes += acked
             else:
-                # Above target without marks: others share the bottleneck;
-                # additive increase (~fi_gain MTU per RTT) converges to fairness.
-                # But with no congestion signal for a while the delay is noise
-                # or someone else's queue below every marking threshold:
-                # probe multiplicatively, or a window cut to 1 MTU needs
-                # BDP/MTU RTTs to come back.
-                inc = self.fi_gain * self.mtu * sample.acked_bytes / self._cwnd
-                if now - self._last_signal >= self.quiet_rtts * self._rtt_est():
-                    inc = max(inc, self.probe_gain * sample.acked_bytes)
-                self._cwnd = self._clamp(self._cwnd + inc)
-                self._counts["fair_inc"] += 1
-        elif d > target:
-            # Marked and queued: really too much. Cut in proportion to how far
-            # above target, at most once per (measured) RTT: one RTT of marks
-            # describes one queue, not many.
-            if now - self._last_md >= self._rtt_est():
-                factor = max(1.0 - self.md_gain * (d - target) / d, self.md_floor)
-                self._cwnd = self._clamp(self._cwnd * factor)
-                self._last_md = now
-                self._counts["md"] += 1
+                self._fi_bytes = 0.0
+            if self._fi_bytes > self._cwnd:
+                # A whole window with no queue: the pipe is far from full.
+                inc = float(acked)
+                self._counts["fast_inc"] += 1
+            else:
+                # Grow by the queue headroom (in bytes) per RTT.
+                headroom = self.pi_gain * (target - d) * self.line_rate
+                inc = fair + headroom * acked / self._cwnd
+                self._counts["proportional_inc"] += 1
         else:
-            # Marked but little queue: an imbalanced core; the path policy
-            # steers away, the window stays.
-            self._counts["ecn_hold"] += 1
+            self._fi_bytes = 0.0
+            inc = fair
+            if now - self._last_signal >= self.quiet_rtts * self._rtt_est():
+                inc = max(inc, self.probe_gain * acked)
+            self._counts["fair_inc"] += 1
+        self._cwnd = self._clamp(self._cwnd + inc)
         self._update_pacer()
 
     def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool) -> None:
@@ -265,21 +362,36 @@ class Nscc:
         # mean that much less should be in flight.
         self._counts["trimmed_bytes"] += trimmed_bytes
         self._last_signal = now
+        self._fabric_signals = True
+        self._delay_is_mark = False
+        self._fi_bytes = 0.0
         self._cwnd = self._clamp(self._cwnd - trimmed_bytes)
         self._update_pacer()
 
     def on_loss(self, *, now: float, lost_bytes: int) -> None:
         self._counts["lost_bytes"] += lost_bytes
         self._last_signal = now
+        self._fi_bytes = 0.0
+        if max(self._delay, self._avg_delay) >= self.target_delay:
+            # A loss with a queue behind it: a tail-drop bottleneck, if the
+            # fabric never marked or trimmed (deviation 1 above).
+            self._unmarked_congestion()
         self._quick_adapt(now)
+        self._update_pacer()
 
     def on_timeout(self, *, now: float) -> None:
         self._counts["timeouts"] += 1
         self._last_signal = now
+        self._fi_bytes = 0.0
         self._quick_adapt(now)
 
     def can_send(self, *, in_flight: int, size: int) -> bool:
-        return in_flight == 0 or in_flight + size <= self._cwnd
+        if in_flight == 0 or in_flight + size <= self._cwnd:
+            return True
+        # The window binds: the sender has more than it lets out, so what
+        # gets delivered measures the network, not the application.
+        self._blocked = True
+        return False
 
     def next_send_time(self, *, now: float, size: int) -> float:
         return self._pacer.next_send_time(now=now, size=size)
@@ -291,12 +403,14 @@ class Nscc:
         out = {
             "cwnd": self._cwnd,
             "srtt": math.nan if self._srtt is None else self._srtt,
-            "qdelay": self._qdelay,
+            "qdelay": self._avg_delay,
             "min_rtt": min(self._plane_base.values(), default=math.nan),
             "pacing_rate": self._pacer.rate,
             "bdp": self.bdp,
+            "max_window": self.max_window,
             "base_rtt": self.base_rtt,
             "target_delay": self.target_delay,
+            "delay_is_mark": float(self._delay_is_mark),
         }
         out.update(self._counts)
         return out

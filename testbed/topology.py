@@ -327,5 +327,47 @@ def _link_names(topo: Topology) -> dict[str, tuple[str, int, str, str, str, str]
     return out
 
 
+def plane_bottleneck_rate(topo: Topology, plane: int) -> float | None:
+    """The slowest rate (bytes/s) a host-to-host flow meets on ``plane``, or None
+    if nothing on it is shaped.
+
+    Host links count one by one, in both directions (the sender's up, the
+    receiver's down); a leaf's links to the spines count together per
+    direction, because ECMP spreads a sprayed flow over all of them. An
+    unshaped port (rate 0) does not limit. This is what ``[connection]
+    plane_rate`` should say for a daemon on this testbed: NSCC derives its
+    BDP, window cap and pacing rate from it.
+    """
+    if not 0 <= plane < topo.planes:
+        raise UserError(f"no plane {plane} (planes 0..{topo.planes - 1})")
+    rates: list[float] = []
+    leaf_up: dict[str, float] = {}
+    leaf_down: dict[str, float] = {}
+    for link in topo.links:
+        if link.plane != plane:
+            continue
+        if link.kind == "host":
+            rates.extend(port.rate_bps / 8 for port in (link.up, link.down) if port.rate_bps)
+            continue
+        for port, agg in ((link.up, leaf_up), (link.down, leaf_down)):
+            # An unshaped spine link makes that leaf's aggregate unlimited.
+            agg[link.a] = agg.get(link.a, 0.0) + (port.rate_bps / 8 if port.rate_bps
+                                                   else float("inf"))
+    rates.extend(r for agg in (leaf_up, leaf_down) for r in agg.values() if r != float("inf"))
+    return min(rates) if rates else None
+
+
+def connection_plane_rate(topo: Topology) -> float | None:
+    """``[connection] plane_rate`` (bytes/s) for a daemon on this testbed: the mean of
+    the planes' bottleneck rates, so plane_rate x planes is the aggregate NSCC
+    paces and sizes its window to. None if any plane is unshaped (the daemon
+    default then applies)."""
+    rates = [plane_bottleneck_rate(topo, p) for p in range(topo.planes)]
+    known = [r for r in rates if r is not None]
+    if len(known) != len(rates):
+        return None
+    return sum(known) / len(known)
+
+
 def with_element(link: LinkSpec, **changes: Any) -> LinkSpec:
     return replace(link, **changes)

@@ -1,4 +1,5 @@
-"""``braid bench sim``: the core's scenarios (a)–(n) in the simulated fabric.
+"""``braid bench sim``: the core's scenarios (a)–(j), issue 12's worst cases
+(k)–(n) and its congestion scenarios in the simulated fabric.
 
 The same runners the scenario tests assert on (testbed/sim/scenarios.py);
 virtual time, so the figures are deterministic and independent of this
@@ -12,16 +13,17 @@ import time
 from typing import Any
 
 from testbed.sim import scenarios as S
+from testbed.sim import scenarios_cc as C
 from testbed.sim import worst_case as W
 from tools.bench_common import environment, markdown_table, progress, text_table, write_results
 
-HELP = "scenarios a-n of the connection core in the simulated fabric"
+HELP = "scenarios a-n and the congestion scenarios of the connection core in the simulated fabric"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default="",
-                        help="comma-separated scenario letters, e.g. a,c,k (k-n: issue 12's "
-                             "worst cases, each with both clients)")
+                        help="comma-separated scenario keys, e.g. a,c,k,jitter,taildrop (k-n: "
+                             "issue 12's worst cases, each with both clients)")
 
 
 def _scenarios(quick: bool) -> dict[str, tuple[str, Any]]:
@@ -39,6 +41,7 @@ def _scenarios(quick: bool) -> dict[str, tuple[str, Any]]:
         "i": ("two colliding single paths vs spray", S.scenario_collision),
         "j": ("spine 0 of plane 0 reboots (data and SACKs)", S.scenario_spine_down),
         **_worst_case(),
+        **_cc_scenarios(),
     }
 
 
@@ -60,6 +63,46 @@ def _worst_case() -> dict[str, tuple[str, Any]]:
     for c in W.CLIENTS:
         out[f"n-{c}"] = (f"PSN wrap mid-transfer, 1% loss, {c} client",
                          lambda c=c: W.scenario_psn_wrap(client=c))
+    return out
+
+
+def _cc_scenarios() -> dict[str, tuple[str, Any]]:
+    """Issue 12's congestion scenarios (testbed/sim/scenarios_cc.py), each with a
+    one-message-at-a-time and a pipelined (or paced) client."""
+
+    def both(fn: Any, clients: tuple[str, str], **kw: Any) -> Any:
+        return lambda: {c: fn(client=c, **kw) for c in clients}
+
+    sp = ("serial", "pipelined")
+    return {
+        "jitter": ("0-3 ms per-packet jitter, no loss (daemon config)",
+                   both(C.scenario_jitter, sp)),
+        "taildrop": ("2 x 100 Mbit/s tail-drop planes (no ECN, no trim)",
+                     both(C.scenario_taildrop, sp)),
+        "taildrop-old": ("same, plane rate 1.25e9 B/s (the daemon default)",
+                         both(C.scenario_taildrop, sp, plane_rate=1.25e9)),
+        "incast4": ("4-to-1, 64 KB tail-drop buffers, 0.5 s; loss as mark on",
+                    both(C.scenario_taildrop, sp, senders=4, buffer=64 << 10, duration=0.5)),
+        "incast4-uec": ("same, loss as mark off (UEC as specified)",
+                        both(C.scenario_taildrop, sp, senders=4, buffer=64 << 10,
+                             duration=0.5, loss_as_mark=False)),
+        "applimited": ("app-limited sender, 1% random loss, 16 KiB messages",
+                       both(C.scenario_app_limited, ("serial", "paced"))),
+    }
+
+
+def _cc_figures(r: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for client, f in r.items():
+        c = client[0]  # s / p
+        out.update({
+            f"{c}: goodput/capacity": f["goodput_over_capacity"],
+            f"{c}: empty 10ms bins": f["empty_bins"],
+            f"{c}: drops %": 100 * f["drop_fraction"],
+            f"{c}: srtt/(2 min+target)": f["srtt_mean"] / f["srtt_limit"],
+            f"{c}: QuickAdapts": f["quick_adapt"],
+            f"{c}: min cwnd (B)": f["cwnd_min"],
+        })
     return out
 
 
@@ -89,6 +132,8 @@ def _figures(key: str, r: dict[str, Any]) -> dict[str, Any]:
         return {"ok": r["ok"], "goodput during/capacity": r["goodput_during_over_capacity"],
                 "goodput/capacity": r["goodput_over_capacity"], "RTOs": r["rtos"],
                 "retransmissions": r["retransmissions"], "spurious": r["spurious_losses"]}
+    if key in _cc_scenarios():
+        return _cc_figures(r)
     if key.startswith("k-"):
         return {"ok": r["ok"],
                 "dead planes parked after last answered send (srtt)":

@@ -462,7 +462,7 @@ class Connection:
         # Path failures are the EV health machinery's job (below).
         rtt = self.sender.rtt
         queueing = rtt.srtt - rtt.min_rtt
-        target = getattr(self.cc, "target_delay", 0.0)
+        target = self.cc.target_delay
         if timeout:
             self.cc.on_loss(now=now, lost_bytes=sum(p.length for p in lost))
         elif queueing > max(_CONGESTIVE_QUEUEING * rtt.min_rtt, target):

@@ -48,10 +48,18 @@ def say(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-#: The daemon's connection defaults are used as they are: NSCC learns the
-#: testbed's base RTT (~1-10 ms through the userspace link elements) from its
-#: RTT samples. (It used to need plane_rate/initial_rtt/min_rto overrides here.)
-CONNECTION_TOML = ""
+def connection_toml(topo: Any) -> str:
+    """The daemon's ``[connection]`` table for this testbed: the daemon's defaults,
+    except the plane rate, which only the topology knows (the default, 1.25e9
+    B/s, is 100x a 100 Mbit/s testbed plane: NSCC would size its window cap and
+    pacing to a pipe that does not exist). NSCC learns the base RTT (~1-10 ms
+    through the userspace link elements) from its RTT samples."""
+    from testbed.topology import connection_plane_rate
+
+    rate = connection_plane_rate(topo)
+    if rate is None:
+        return ""
+    return f"[connection]\nplane_rate = {rate:.6g}  # bytes/s: the topology's bottleneck\n"
 
 
 # -- daemon configs ---------------------------------------------------------------------
@@ -69,7 +77,7 @@ def daemon_config(tb: Any, host: str, peer: str, work: Path) -> Path:
         f"planes = [{planes}]\n\n"
         f"[peers.{peer}]\n"
         f"planes = [{peer_planes}]\n\n"
-        f"{CONNECTION_TOML}")
+        f"{connection_toml(tb.topo)}")
     return path
 
 

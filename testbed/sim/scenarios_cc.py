@@ -1,0 +1,238 @@
+"""Congestion-control scenarios (issue 12): the worst cases of NSCC on a
+software-host fabric, each with a one-message-at-a-time and a pipelined client.
+
+- ``scenario_jitter``: 0-3 ms of per-packet delay jitter, no loss, no queue:
+  delay noise must not look like congestion (no QuickAdapt, no empty 10 ms bin).
+- ``scenario_taildrop``: 100 Mbit/s planes whose bottleneck port tail-drops
+  (no ECN, no trimming: a tbf): loss must bring the window down.
+- ``scenario_app_limited``: a sender that offers less than the fabric carries,
+  with random (non-congestive) loss: QuickAdapt must not measure the
+  application and call it the network.
+
+The connection is configured as the daemon configures it on a host
+(``transport.daemon.HOST_CONNECTION_DEFAULTS``: 2 ms delay target, 1 ms RTT
+guess, 40 ms minimum RTO), with the plane rate the testbed hands it.
+Shared by tests/unit/test_scenarios.py and ``braid bench sim``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import replace
+from typing import Any, Literal
+
+from testbed import topology
+from testbed.sim.driver import Simulator
+from testbed.sim.fabric import Fabric, LinkSpec
+from testbed.sim.scenarios import (
+    Peer,
+    _establish,
+    connect_pair,
+    default_config,
+    make_fabric,
+    payload_fraction,
+)
+from transport.daemon import HOST_CONNECTION_DEFAULTS
+from transport.events import Event, MessageAcked
+
+Client = Literal["serial", "pipelined", "paced"]
+#: Rate of one testbed plane (100 Mbit/s, examples/*.toml), bytes/s.
+PLANE_RATE = 12.5e6
+BIN = 10e-3
+
+
+def testbed_fabric(*, planes: int = 2, rate: float = PLANE_RATE, delay: float = 50e-6,
+                   jitter: float = 0.0, buffer: int = 256 << 10, nic_rate: float | None = None,
+                   loss: float = 0.0, senders: int = 1, seed: int = 1) -> Fabric:
+    """``planes`` x ``rate`` planes, one switch each (1 spine), tail drop everywhere
+    (no ECN, no trimming: what tbf does). ``jitter`` delays each packet the sender
+    ``a`` sends by [0, jitter) s, in order (a busy event loop: the RTT varies
+    by up to ``jitter``); ``nic_rate`` makes
+    the host links faster than the plane (the bottleneck is then the switch
+    port towards the receiver)."""
+    up = LinkSpec(rate=nic_rate or rate, delay=delay, buffer=4 << 20)
+    sp = LinkSpec(rate=rate, delay=delay, buffer=buffer, loss=loss)
+    dn = LinkSpec(rate=rate, delay=delay, buffer=buffer)
+    hosts = ("a",) if senders == 1 else tuple(f"a{i}" for i in range(senders))
+    fab = make_fabric(planes=planes, spines=1, rate=rate, uplink=up, spine=sp, downlink=dn,
+                      seed=seed, hosts=(*hosts, "b"))
+    if jitter:
+        for h in hosts:
+            for p in range(planes):
+                fab.link("uplink", h, p).jitter = jitter
+    return fab
+
+
+def host_config(fab: Fabric, *, plane_rate: float, seed: int = 1, **kw: Any) -> Any:
+    """The daemon's connection config on this fabric, ``plane_rate`` as handed over."""
+    base = {k: v for k, v in HOST_CONNECTION_DEFAULTS.items() if k != "congestion_params"}
+    base["congestion_params"] = dict(HOST_CONNECTION_DEFAULTS["congestion_params"])
+    base.update({"plane_rate": plane_rate, "seed": seed})
+    base.update(kw)
+    return default_config(fab, **base)
+
+
+def run_client(fab: Fabric, config: Any, *, client: Client, msg_size: int = 64 << 10,
+               duration: float = 2.0, depth: int = 64, offered: float | None = None,
+               warmup: float = 0.1) -> dict[str, Any]:
+    """Run one client per sender host (every host but the fabric's last) towards
+    the last host for ``duration`` virtual seconds, and measure them.
+
+    ``serial``: the next message is submitted when the previous one is
+    acknowledged (``braid.connect().send()`` in a loop). ``pipelined``:
+    ``depth`` messages always queued. ``paced``: one message every
+    msg_size/``offered`` seconds, whatever happens (an application producing
+    at a fixed rate). Figures are over [start + warmup, end]; per-sender
+    figures are the worst sender's.
+    """
+    sim = Simulator(fab)
+    *srcs, dst = fab.hosts
+    pairs = [connect_pair(sim, src, dst, config=replace(config, seed=config.seed + i),
+                          cids=(10 + i, 100 + i)) for i, src in enumerate(srcs)]
+    for _, b in pairs:
+        b.keep_data = False
+    _establish(sim, *[p for pair in pairs for p in pair], limit=0.5)
+    payload = bytes(msg_size)
+    t0 = sim.now
+    end = t0 + duration
+
+    def submit(a: Peer) -> None:
+        if sim.now < end and a.failed is None:
+            a.conn.send_message(payload)
+            sim.wake(a)
+
+    def on_event(peer: Peer, ev: Event, now: float) -> None:
+        if isinstance(ev, MessageAcked) and client != "paced":
+            submit(peer)
+
+    for a, _ in pairs:
+        a.on_event = on_event
+        if client == "paced":
+            assert offered is not None and offered > 0
+            gap = msg_size / offered
+            for i in range(int(duration / gap)):
+                sim.at(t0 + i * gap, lambda a=a: submit(a))  # type: ignore[misc]
+        else:
+            for _ in range(1 if client == "serial" else depth):
+                submit(a)
+
+    # Per sender: (cwnd, srtt, min_rtt) every millisecond.
+    samples: list[list[tuple[float, float, float]]] = [[] for _ in pairs]
+
+    def sample() -> None:
+        for (a, _), out in zip(pairs, samples, strict=True):
+            r = a.conn.sender.rtt
+            out.append((float(a.conn.cc.cwnd), r.srtt, r.min_rtt))
+        if sim.now + 1e-3 < end:
+            sim.at(sim.now + 1e-3, sample)
+
+    sim.at(t0 + warmup, sample)
+    sim.run(until=end, max_events=50_000_000)
+
+    lo, hi = t0 + warmup, end
+    times = sorted(t for _, b in pairs for t, _, _ in b.delivered if lo <= t <= hi)
+    nbins = int((hi - lo) / BIN)
+    hit = [False] * nbins
+    for t in times:
+        k = int((t - lo) / BIN)
+        if k < nbins:
+            hit[k] = True
+    pts = [lo, *times, hi]
+    gap_max = max(y - x for x, y in itertools.pairwise(pts))
+    delivered = msg_size * len(times)
+    cap = fab.aggregate_capacity(srcs[0], dst) * payload_fraction(config.payload_size)
+    drops = sum(ln.drop_buffer for ln in fab.links())
+    sent_pkts = sum(fab.link("uplink", h, p).enqueued for h in srcs for p in range(fab.planes))
+    ctl = [a.conn.cc for a, _ in pairs]
+    stats = [c.stats() for c in ctl]
+    # The worst sender by srtt over (2 x its minimum + target).
+    worst = max(range(len(pairs)), key=lambda i: statistics.fmean(
+        s for _, s, _ in samples[i]) / (2 * min(m for _, _, m in samples[i])
+                                         + ctl[i].target_delay))
+    ws = samples[worst]
+    srtt_mean = statistics.fmean(s for _, s, _ in ws)
+    min_rtt = min(m for _, _, m in ws)
+    cwnds = [w for out in samples for w, _, _ in out]
+    return {
+        "client": client,
+        "senders": len(pairs),
+        "failed": [a.failed for a, _ in pairs if a.failed],
+        "goodput": delivered / (hi - lo),
+        "capacity": cap,
+        "goodput_over_capacity": delivered / (hi - lo) / cap,
+        "empty_bins": nbins - sum(hit),
+        "bins": nbins,
+        "max_gap": gap_max,
+        "drops": drops,
+        "sent_packets": sent_pkts,
+        "drop_fraction": drops / sent_pkts if sent_pkts else 0.0,
+        "srtt_mean": srtt_mean,
+        "srtt_max": max(s for _, s, _ in ws),
+        "min_rtt": min_rtt,
+        "target_delay": ctl[worst].target_delay,
+        "srtt_limit": 2 * min_rtt + ctl[worst].target_delay,
+        "cwnd_min": min(cwnds),
+        "cwnd_median": statistics.median(cwnds),
+        "max_window": stats[0].get("max_window", float("nan")),
+        "quick_adapt": sum(st.get("quick_adapt", 0.0) for st in stats),
+        "quick_adapt_app_limited": sum(st.get("quick_adapt_app_limited", 0.0) for st in stats),
+        "md": sum(st.get("md", 0.0) for st in stats),
+        "rtos": sum(a.conn.sender.rto_events for a, _ in pairs),
+        "retransmissions": sum(a.conn.sender.retransmissions for a, _ in pairs),
+        "messages": sum(a.acked_msgs for a, _ in pairs),
+    }
+
+
+def scenario_jitter(*, client: Client = "pipelined", jitter: float = 3e-3,
+                    duration: float = 2.0, seed: int = 21) -> dict[str, Any]:
+    """0-``jitter`` s of delay on every packet the sender sends, no loss, no queue."""
+    fab = testbed_fabric(jitter=jitter, seed=seed)
+    cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed)
+    return run_client(fab, cfg, client=client, duration=duration)
+
+
+#: The tail-drop testbed: 100 Mbit/s planes behind 1 Gbit/s host NICs, 256 KB
+#: tail-drop buffers, no ECN, no trimming (what tbf gives).
+TAILDROP_TOPOLOGY: dict[str, Any] = {
+    "hosts": 2, "planes": 2,
+    "link": {"rate": "100mbit", "buffer": "256KB", "host": {"up": {"rate": "1gbit"}}},
+}
+
+
+def scenario_taildrop(*, client: Client = "pipelined", plane_rate: float | None = None,
+                      senders: int = 1, buffer: int | None = None, duration: float = 2.0,
+                      loss_as_mark: bool = True, seed: int = 22) -> dict[str, Any]:
+    """``senders`` hosts to one receiver over ``TAILDROP_TOPOLOGY``: the planes'
+    switch ports are the bottleneck and tail-drop. ``plane_rate`` is what the
+    connection is told; by default what the testbed hands the daemon
+    (testbed.topology.connection_plane_rate). Before issue 12 the daemon kept
+    its default, 1.25e9 B/s: 100x too high. ``loss_as_mark`` False turns off
+    Braid's deviation from UEC (docs/congestion.md) for comparison."""
+    topo = topology.load(TAILDROP_TOPOLOGY)
+    rate = topology.plane_bottleneck_rate(topo, 0)
+    host = topo.links[0]
+    assert rate is not None
+    fab = testbed_fabric(rate=rate, nic_rate=host.up.rate_bps / 8,
+                         buffer=host.down.buffer if buffer is None else buffer,
+                         planes=topo.planes, senders=senders, seed=seed)
+    told = topology.connection_plane_rate(topo) if plane_rate is None else plane_rate
+    assert told is not None
+    cfg = host_config(fab, plane_rate=told, seed=seed)
+    cfg = replace(cfg, congestion_params={**cfg.congestion_params, "loss_as_mark": loss_as_mark})
+    return run_client(fab, cfg, client=client, duration=duration)
+
+
+def scenario_app_limited(*, client: Client = "paced", loss: float = 0.01,
+                         offered_fraction: float = 0.4, duration: float = 2.0,
+                         msg_size: int = 16 << 10,
+                         seed: int = 23) -> dict[str, Any]:
+    """The application offers ``offered_fraction`` of capacity (paced) or one
+    message at a time (serial); ``loss`` random loss on the planes' switch
+    ports (not congestion). Every timeout asks QuickAdapt; an
+    application-limited window must stay."""
+    fab = testbed_fabric(loss=loss, seed=seed)
+    cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed)
+    cap = fab.aggregate_capacity("a", "b") * payload_fraction(cfg.payload_size)
+    return run_client(fab, cfg, client=client, duration=duration, msg_size=msg_size,
+                      offered=offered_fraction * cap if client == "paced" else None)
