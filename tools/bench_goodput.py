@@ -99,7 +99,12 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
     try:
         if role == "rx":
             _emit({"ready": True})
+            if prof is not None:
+                prof.enable()
             await asyncio.wait_for(done.wait(), 600)
+            if prof is not None:
+                prof.disable()
+                _write_profile(prof, profile)
             return {"bytes": got[0], "t_end": t_end[0], "cpu": _cpu() - cpu0,
                     "failed": failed, "io": eio.stats()}
         chunk = 4 << 20
@@ -115,13 +120,18 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
             await asyncio.sleep(0.005)
         if prof is not None:
             prof.disable()
-            s = io.StringIO()
-            pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
-            Path(profile).write_text(s.getvalue())  # type: ignore[arg-type]
+            _write_profile(prof, profile)
         return {"t_start": t0, "cpu": _cpu() - cpu0, "stats": conn.stats(),
                 "failed": conn.failure_reason}
     finally:
         eio.close()
+
+
+def _write_profile(prof: cProfile.Profile, path: str | None) -> None:
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(40)
+    Path(str(path)).write_text(s.getvalue())
+    prof.dump_stats(f"{path}.pstats")
 
 
 def _tcp(role: str, me: str, peer: str, size: int) -> dict[str, Any]:
@@ -323,8 +333,9 @@ def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None) -
     secret = os.urandom(32).hex()
     base = [sys.executable, "-m", "tools.bench_goodput", "worker", stack]
     common = ["--size", str(size), "--secret", secret, "--tmp", str(tmp)]
+    rx_extra = ["--profile", f"{profile}.rx"] if profile else []
     rx = subprocess.Popen([*net.prefix(1), *base, "rx", "--me", net.addrs[1], "--peer",
-                           net.addrs[0], *common], stdout=subprocess.PIPE,
+                           net.addrs[0], *common, *rx_extra], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     tx: subprocess.Popen[str] | None = None
     try:
@@ -358,6 +369,7 @@ def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None) -
         "seconds": secs, "goodput_MBps": r["bytes"] / secs / 1e6,
         "packets": pk1 - pk0, "pps": (pk1 - pk0) / secs,
         "cpu_s": cpu, "cpu_s_per_GB": cpu / (r["bytes"] / 1e9),
+        "cpu_tx_s": t["cpu"], "cpu_rx_s": r["cpu"],
         "detail": {k: v for k, v in t.items() if k in ("stats", "failed")},
     }
 
@@ -387,6 +399,7 @@ def run(args: argparse.Namespace) -> int:
 
     results: dict[str, dict[str, Any]] = {}
     profile_text = ""
+    budget_rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         try:
@@ -401,7 +414,13 @@ def run(args: argparse.Namespace) -> int:
                 progress("braid: profiled run (not in the table)")
                 _run_pair(net, "braid", size, tmp, str(prof))
                 if prof.exists():
-                    profile_text = prof.read_text()
+                    profile_text = ("sender:\n" + prof.read_text() + "\nreceiver:\n"
+                                    + Path(f"{prof}.rx").read_text())
+                    budget_rows = _budget(prof, results["braid"])
+                    out_dir = Path(args.out or "results")
+                    out_dir.mkdir(parents=True, exist_ok=True)
+                    for side, src in (("tx", prof), ("rx", Path(f"{prof}.rx"))):
+                        shutil.copy(f"{src}.pstats", out_dir / f"goodput-{side}.pstats")
         except RuntimeError as exc:
             raise UserError(str(exc)) from None
         finally:
@@ -426,6 +445,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"{k}: {v:.2f}x")
     if profile_text:
         print(profile_text)
+    commit = _commit()
+    budget_md = ""
+    if budget_rows:
+        from tools.cpu_budget import markdown as budget_markdown
+
+        budget_md = budget_markdown(budget_rows)
+        print(budget_md)
     where = "two namespaces joined by one veth pair" if net.root else "loopback (not root)"
     rtxt = ", ".join(f"{k.replace('_', ' ')} {v:.2f}x" for k, v in ratios.items() if v)
     md = (f"`braid bench goodput`: {size / (1 << 20):.0f} MiB per stack, {where}, each side its "
@@ -433,14 +459,48 @@ def run(args: argparse.Namespace) -> int:
           f"Python sockets; aioquic {_aioquic_version()} one stream. Ratios: {rtxt}. "
           f"Packets/s counts link packets in both directions (TCP's are TSO super-packets); "
           f"CPU is user+system of both processes.\n\n" + markdown_table(header, rows)
-          + f"\n\nMeasured {env['time']} on {env['machine']}, {env['cpus']} CPUs, "
-          f"{env['system']}, Python {env['python']}.")
+          + f"\n\nMeasured {env['time']} at commit {commit} on {env['machine']}, "
+          f"{env['cpus']} CPUs, {env['system']}, Python {env['python']}.")
     data = {"bench": NAME, "size": size, "where": where, "environment": env,
-            "results": results, "ratios": ratios, "profile": profile_text}
+            "results": results, "ratios": ratios, "profile": profile_text,
+            "budget": budget_rows, "commit": commit}
     path = write_results(NAME, data, md, args.out, update_docs=bool(args.update_docs),
                          docs=args.docs)
+    if budget_md and args.update_docs:
+        from tools.bench_common import DEFAULT_DOCS, replace_section
+
+        packets = results["braid"]["detail"]["stats"]["packets_sent"]
+        replace_section(Path(args.docs) if args.docs else DEFAULT_DOCS, "goodput-budget",
+                        f"CPU per Braid data packet (1500 MTU, {packets:,} packets), from "
+                        f"`braid bench goodput --profile` (both ends profiled in a separate "
+                        f"run; the last column scales each row's share to the unprofiled "
+                        f"run's CPU per packet).\n\n{budget_md}\n\nMeasured {env['time']} at "
+                        f"commit {commit}, shared 2-CPU machine.")
     progress(f"wrote {path}")
     return 0
+
+
+def _budget(prof: Path, braid: dict[str, Any]) -> list[dict[str, object]]:
+    from tools.cpu_budget import budget
+
+    packets = int(braid["detail"]["stats"]["packets_sent"])
+    real = {"sender": braid["cpu_tx_s"] / packets * 1e6,
+            "receiver": braid["cpu_rx_s"] / packets * 1e6}
+    return budget(f"{prof}.pstats", f"{prof}.rx.pstats", packets, real)
+
+
+def _commit() -> str:
+    """The commit measured (with '+dirty' when the work tree has changes)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def _aioquic_version() -> str:
