@@ -55,7 +55,7 @@ JUMBO_MTU = 9000
 JUMBO_PAYLOAD = JUMBO_MTU - 112
 
 
-def _braid_config(payload: int | None = None) -> Any:
+def _braid_config(payload: int | None = None, spray_run: int | None = None) -> Any:
     from transport.config import ConnectionConfig
     from transport.daemon import HOST_CONNECTION_DEFAULTS
 
@@ -63,17 +63,20 @@ def _braid_config(payload: int | None = None) -> Any:
     kw["planes"] = 1
     if payload:
         kw["payload_size"] = payload
+    if spray_run:
+        kw["spray_run"] = spray_run
     return ConnectionConfig(**kw)
 
 
 async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
-                 profile: str | None, payload: int | None = None) -> dict[str, Any]:
+                 profile: str | None, payload: int | None = None,
+                 spray_run: int | None = None) -> dict[str, Any]:
     from transport.aio import EndpointIO
     from transport.endpoint import Endpoint
     from transport.events import ConnectionFailed, MessageDelivered
     from transport.udp import PeerTable, PlaneAddr
 
-    cfg = _braid_config(payload)
+    cfg = _braid_config(payload, spray_run)
     table = PeerTable(1, [PORT])
     table.add("peer", [PlaneAddr(peer, PORT)])
     done = asyncio.Event()
@@ -122,7 +125,7 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
             prof.disable()
             _write_profile(prof, profile)
         return {"t_start": t0, "cpu": _cpu() - cpu0, "stats": conn.stats(),
-                "failed": conn.failure_reason}
+                "failed": conn.failure_reason, "io": eio.stats()}
     finally:
         eio.close()
 
@@ -255,6 +258,7 @@ def worker(argv: list[str]) -> int:
     p.add_argument("--secret", default="00" * 32)
     p.add_argument("--tmp", default="/tmp")
     p.add_argument("--profile")
+    p.add_argument("--spray-run", type=int)
     a = p.parse_args(argv)
     from transport.aio import new_event_loop
 
@@ -264,7 +268,8 @@ def worker(argv: list[str]) -> int:
         if a.stack in ("braid", "braid-jumbo"):
             payload = JUMBO_PAYLOAD if a.stack == "braid-jumbo" else None
             res = loop.run_until_complete(_braid(a.role, a.me, a.peer, a.size,
-                                                 bytes.fromhex(a.secret), a.profile, payload))
+                                                 bytes.fromhex(a.secret), a.profile, payload,
+                                                 a.spray_run))
         elif a.stack == "tcp":
             res = _tcp(a.role, a.me, a.peer, a.size)
         else:
@@ -329,10 +334,13 @@ class Net:
         return total
 
 
-def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None) -> dict[str, Any]:
+def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None,
+              spray_run: int | None = None) -> dict[str, Any]:
     secret = os.urandom(32).hex()
     base = [sys.executable, "-m", "tools.bench_goodput", "worker", stack]
     common = ["--size", str(size), "--secret", secret, "--tmp", str(tmp)]
+    if spray_run and stack.startswith("braid"):
+        common += ["--spray-run", str(spray_run)]
     rx_extra = ["--profile", f"{profile}.rx"] if profile else []
     rx = subprocess.Popen([*net.prefix(1), *base, "rx", "--me", net.addrs[1], "--peer",
                            net.addrs[0], *common, *rx_extra], stdout=subprocess.PIPE,
@@ -370,7 +378,8 @@ def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None) -
         "packets": pk1 - pk0, "pps": (pk1 - pk0) / secs,
         "cpu_s": cpu, "cpu_s_per_GB": cpu / (r["bytes"] / 1e9),
         "cpu_tx_s": t["cpu"], "cpu_rx_s": r["cpu"],
-        "detail": {k: v for k, v in t.items() if k in ("stats", "failed")},
+        "detail": {k: v for k, v in t.items() if k in ("stats", "failed", "io")},
+        "rx_io": r.get("io"),
     }
 
 
@@ -381,6 +390,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated subset of braid,braid-jumbo,tcp,quic "
                         f"(braid-jumbo: {JUMBO_PAYLOAD}-byte payloads on the {JUMBO_MTU}-byte "
                         "MTU link)")
+    parser.add_argument("--spray-run", type=int, default=None, metavar="K",
+                        help="Braid's spray granularity (packets in a row per EV, sent "
+                        "as one UDP GSO batch); default: the daemon's")
     parser.add_argument("--profile", action="store_true",
                         help="cProfile the Braid sender; top functions in the results")
 
@@ -406,13 +418,13 @@ def run(args: argparse.Namespace) -> int:
             net.up()
             for s in stacks:
                 progress(f"{s}: {size} bytes {'between namespaces' if net.root else 'on loopback'}")
-                results[s] = _run_pair(net, s, size, tmp, None)
+                results[s] = _run_pair(net, s, size, tmp, None, args.spray_run)
                 progress(f"{s}: {results[s]['goodput_MBps']:.1f} MB/s")
             if args.profile and "braid" in stacks:
                 # A separate run: the profiler roughly halves Braid's speed.
                 prof = tmp / "braid.prof"
                 progress("braid: profiled run (not in the table)")
-                _run_pair(net, "braid", size, tmp, str(prof))
+                _run_pair(net, "braid", size, tmp, str(prof), args.spray_run)
                 if prof.exists():
                     profile_text = ("sender:\n" + prof.read_text() + "\nreceiver:\n"
                                     + Path(f"{prof}.rx").read_text())
