@@ -98,7 +98,9 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
     eio = EndpointIO(ep, [PlaneAddr(me, PORT)], table, on_event=on_event)
     eio.open()
     cpu0 = _cpu()
-    prof = cProfile.Profile() if profile else None
+    # CPU time, not wall time: on a shared machine a system call that wakes
+    # the peer is often preempted, and wall time would charge that to it.
+    prof = cProfile.Profile(time.process_time) if profile else None
     try:
         if role == "rx":
             _emit({"ready": True})

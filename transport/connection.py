@@ -222,10 +222,12 @@ class Connection:
 
     def _ctl_path(self, plane: int) -> TxPath:
         """Control packets go back on the plane they answer (a dead plane then
-        stays silent, which is what the peer needs to notice), on any EV."""
+        stays silent, which is what the peer needs to notice), on any EV;
+        ``spray_run`` in a row share one, so a burst of SACKs is one GSO send."""
         evs = self.paths.ev_set.plane_evs(plane % self.config.planes)
         self._ctl_rr += 1
-        return TxPath(plane, evs[self._ctl_rr % len(evs)].value, Dscp.CONTROL)
+        return TxPath(plane, evs[(self._ctl_rr // self.config.spray_run) % len(evs)].value,
+                      Dscp.CONTROL)
 
     # -- input -------------------------------------------------------------------
 
