@@ -188,6 +188,10 @@ class EndpointIO:
         n_rx = 0
         n_bytes = 0
         calls = 0
+        last_v = -1
+        last_host = ""
+        rx = RxInfo(plane)  # replaced at the first datagram (last_v = -1)
+        peer: PeerKey = None
         # Bounded in datagrams (a GRO read carries many) and in reads.
         while n_rx < RX_BUDGET and calls < RX_BUDGET:
             calls += 1
@@ -206,10 +210,16 @@ class EndpointIO:
                         seg = _INT.unpack_from(cdata)[0]
                 elif cdata:
                     v = cdata[0]  # IP_TOS one byte; IPV6_TCLASS an int (little-endian)
-            rx = infos.get((plane, v))
-            if rx is None:
-                rx = infos[(plane, v)] = RxInfo(plane, (v & 3) == ECN_CE, v >> 2)
-            peer = peers.lookup(plane, addr[0])
+            if v != last_v:
+                known = infos.get((plane, v))
+                if known is None:
+                    known = infos[(plane, v)] = RxInfo(plane, (v & 3) == ECN_CE, v >> 2)
+                rx = known
+                last_v = v
+            host = addr[0]
+            if host != last_host:  # a drain is mostly one peer's datagrams
+                peer = peers.lookup(plane, host)
+                last_host = host
             n_bytes += n
             if 0 < seg < n:
                 # A GRO batch: datagrams of ``seg`` bytes, the last maybe shorter.

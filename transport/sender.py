@@ -266,6 +266,12 @@ class Sender:
             self.cum_acked = sack.cum_psn
         bm = sack.bitmap
         base = sack.bitmap_base
+        # Bits below the cumulative PSN were settled just above: a SACK costs
+        # what it newly reports, not the 64 PSNs its bitmap repeats.
+        settled = self.cum_acked - base
+        if settled > 0:
+            bm >>= settled
+            base += settled
         while bm:
             low = bm & -bm
             psn = base + low.bit_length() - 1
