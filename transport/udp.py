@@ -255,5 +255,32 @@ class PeerTable:
         return sa
 
 
+#: Bytes of a datagram that are not payload, besides the IP header: UDP (8),
+#: DATA header + header tag (68), payload tag (16).
+DATAGRAM_OVERHEAD = 8 + 68 + 16
+IP_MTU = 14
+IPV6_MTU = 24
+
+
+def path_mtu(local: PlaneAddr, remote: PlaneAddr) -> int | None:
+    """The kernel's MTU towards ``remote`` from ``local`` (the route's first
+    hop; None if it cannot tell, e.g. no route)."""
+    v6 = local.family == socket.AF_INET6
+    try:
+        with socket.socket(local.family, socket.SOCK_DGRAM) as s:
+            s.bind((local.host, 0))
+            s.connect((remote.host, remote.port))
+            if v6:
+                return int(s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU))
+            return int(s.getsockopt(socket.IPPROTO_IP, IP_MTU))
+    except OSError:
+        return None
+
+
+def payload_for_mtu(mtu: int, *, v6: bool) -> int:
+    """The largest DATA payload whose datagram fits ``mtu``."""
+    return mtu - (40 if v6 else 20) - DATAGRAM_OVERHEAD
+
+
 def errno_name(exc: OSError) -> str:
     return errno.errorcode.get(exc.errno or 0, "EIO")
