@@ -364,7 +364,9 @@ class EvSet:
         many_bad = bad >= self.plane_bad_fraction * active
         silent = (
             len(plane.lossy) >= self._loss_evs(plane)
-            and now - plane.last_heard >= self.plane_silence
+            # The same sum next_timer() returns: ``now - last_heard >= silence``
+            # can be False at that very instant (rounding) and livelock it.
+            and now >= plane.last_heard + self.plane_silence
         )
         if many_bad or silent:
             self._park(plane, now)

@@ -404,3 +404,19 @@ def test_spray_run_one_is_per_packet_spraying() -> None:
     assert rotation_of(a) == rotation_of(b)
     with pytest.raises(ValueError):
         SprayPolicy(planes=2, evs_per_plane=8, spray_run=0)
+
+
+def test_plane_silence_timer_parks_at_exactly_its_own_deadline() -> None:
+    """The silent-plane timer fires at last_heard + silence; the check must
+    agree at that very instant. ``(a + b) - a < b`` in floating point (here
+    0.7 + 0.1), and a check written as ``now - last_heard >= silence`` left
+    the timer due forever: a simulator livelock found with spray_run = 16."""
+    p = SprayPolicy(base_rtt=RTT, plane_loss_evs=4, plane_silence=0.1)
+    plane2 = [ev for ev in p.evs if ev.plane == 2]
+    p.on_ack(plane2[10], 0.7, ecn=False, rtt=RTT)
+    for i in range(4):
+        p.on_loss(plane2[i], 0.7995)  # probes of these EVs fall due after 0.8
+    t = p.next_timer()
+    assert t == 0.7 + 0.1 and t - 0.7 < 0.1  # the rounding this test is about
+    p.due_probes(t)
+    assert p.parked_planes() == [2]
