@@ -10,7 +10,9 @@ per GB (user+system of both processes; softirq work outside them is not
 counted).
 
 - Braid: ``transport.aio.EndpointIO`` (the daemon's engine, without the
-  control socket), AES-GCM on, 1 plane, 4 MiB messages.
+  control socket), AES-GCM on, 1 plane, 4 MiB messages, the daemon's
+  connection defaults (``--spray-run`` overrides the spray granularity).
+  ``braid`` uses 1368-byte payloads (1500-byte MTU), ``braid-jumbo`` 8888.
 - TCP: plain Python sockets, ``sendall`` of 1 MiB / ``recv_into``.
 - aioquic: one stream, self-signed certificate, default congestion control.
 """
@@ -468,8 +470,10 @@ def run(args: argparse.Namespace) -> int:
         print(budget_md)
     where = "two namespaces joined by one veth pair" if net.root else "loopback (not root)"
     rtxt = ", ".join(f"{k.replace('_', ' ')} {v:.2f}x" for k, v in ratios.items() if v)
+    run_k = args.spray_run or _braid_config().spray_run
     md = (f"`braid bench goodput`: {size / (1 << 20):.0f} MiB per stack, {where}, each side its "
-          f"own process. Braid = `EndpointIO` with AES-GCM, 1 plane, 4 MiB messages; TCP = "
+          f"own process. Braid = `EndpointIO` with AES-GCM, 1 plane, 4 MiB messages, "
+          f"spray_run {run_k} (runs of {run_k} packets per EV, one GSO send each); TCP = "
           f"Python sockets; aioquic {_aioquic_version()} one stream. Ratios: {rtxt}. "
           f"Packets/s counts link packets in both directions (TCP's are TSO super-packets); "
           f"CPU is user+system of both processes.\n\n" + markdown_table(header, rows)

@@ -21,6 +21,10 @@ from typing import Any
 
 
 class EvState(enum.Enum):
+    # Identity hash: Enum's own __hash__ is Python code (hash of the name),
+    # paid on every dict/set lookup of a state on the per-packet paths.
+    __hash__ = object.__hash__
+
     GOOD = "good"
     #: Skipped for the rest of the current rotation (ECN in the core or a
     #: fabric trim: a hot spine, not a dead one).
@@ -32,6 +36,10 @@ class EvState(enum.Enum):
 
 
 class EvEvent(enum.Enum):
+    # Identity hash: Enum's own __hash__ is Python code (hash of the name),
+    # paid on every dict/set lookup of a state on the per-packet paths.
+    __hash__ = object.__hash__
+
     ECN_ACK = "ecn_ack"
     FABRIC_TRIM = "fabric_trim"
     #: Incast at the receiver: changing path cannot fix it, so no penalty.
@@ -80,6 +88,10 @@ def next_state(state: EvState, event: EvEvent) -> EvState:
 
 
 class PlaneState(enum.Enum):
+    # Identity hash: Enum's own __hash__ is Python code (hash of the name),
+    # paid on every dict/set lookup of a state on the per-packet paths.
+    __hash__ = object.__hash__
+
     UP = "up"
     #: Every EV of the plane parked at once; a few representatives probed.
     PARKED = "parked"
