@@ -317,6 +317,8 @@ class EndpointIO:
                     # on this plane from now on (retry the same run).
                     ps.gso = False
                     self.tx_errors["gso_refused"] = self.tx_errors.get("gso_refused", 0) + 1
+                    # Runs would now only be bursts: back to per-packet spraying.
+                    self.endpoint.set_spray_run(1)
                     continue
                 # A full socket buffer (EAGAIN/ENOBUFS) is a loss like any
                 # other: the core recovers it. Count it, never stall.

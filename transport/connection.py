@@ -226,7 +226,7 @@ class Connection:
         ``spray_run`` in a row share one, so a burst of SACKs is one GSO send."""
         evs = self.paths.ev_set.plane_evs(plane % self.config.planes)
         self._ctl_rr += 1
-        return TxPath(plane, evs[(self._ctl_rr // self.config.spray_run) % len(evs)].value,
+        return TxPath(plane, evs[(self._ctl_rr // self.paths.spray_run) % len(evs)].value,
                       Dscp.CONTROL)
 
     # -- input -------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 from transport.aio import EndpointIO, new_event_loop
 from transport.config import ConnectionConfig
 from transport.connection import Connection
+from transport.datagram import TxPath
 from transport.endpoint import Endpoint, PeerKey
 from transport.events import ConnectionFailed, Event, MessageDelivered
 from transport.udp import PeerTable, PlaneAddr, PlaneSockets, parse_addr, parse_tos
@@ -149,6 +150,50 @@ def test_gro_batch_is_cut_into_its_datagrams() -> None:
         assert eio.rx_datagrams == len(sent)
     finally:
         tx.close()
+        eio.close()
+        loop.close()
+
+
+class _NoGsoSocket:
+    """A sending socket whose device cannot segment (EIO, as with ``tx off``)."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def sendto(self, data: bytes, dest: object) -> int:
+        self.sent.append(data)
+        return len(data)
+
+    def sendmsg(self, bufs: list[bytes], anc: list[tuple[int, int, bytes]], flags: int,
+                dest: object) -> int:
+        if any(level == 17 for level, _t, _d in anc):
+            raise OSError(errno.EIO, "Input/output error")
+        self.sent.extend(bufs)
+        return sum(map(len, bufs))
+
+
+def test_gso_refused_falls_back_to_datagrams_and_per_packet_spraying() -> None:
+    port = free_port()
+    table = PeerTable(1, [port])
+    table.add("b", [PlaneAddr("127.0.0.1", port)])
+    ep = Endpoint(config=replace(CFG, planes=1, spray_run=8), secret=SECRET)
+    conn = ep.connect("b", 0.0)
+    eio = EndpointIO(ep, [PlaneAddr("127.0.0.6", free_port())], table)
+    loop = new_event_loop()
+    try:
+        eio.open(loop)
+        fake = _NoGsoSocket()
+        real = eio.planes[0].pool
+        eio.planes[0].pool = [fake]  # type: ignore[list-item]
+        path = TxPath(0, 7, int(Dscp.DATA))
+        out: list[tuple[PeerKey, bytes, TxPath]] = [("b", bytes([i]) * 100, path)
+                                                    for i in range(3)]
+        eio._send(out)
+        assert fake.sent == [d for _p, d, _t in out]  # nothing lost, one call each
+        assert eio.tx_errors == {"gso_refused": 1} and not eio.planes[0].gso
+        assert ep.config.spray_run == 1 and conn.paths.spray_run == 1
+        eio.planes[0].pool = real
+    finally:
         eio.close()
         loop.close()
 
