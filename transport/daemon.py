@@ -57,7 +57,7 @@ from wire.packets import Data, Nack, Sack, unpack_body
 #: (the namespace testbed's ~1-10 ms works with these defaults).
 HOST_CONNECTION_DEFAULTS: dict[str, Any] = {
     "evs_per_plane": 32,
-    "ack_every": 16,
+    "ack_every": 32,
     "plane_rate": 1.25e9,
     "initial_rtt": 1e-3,
     "min_rto": 40e-3,
