@@ -318,6 +318,8 @@ class Testbed:
             self._veth(link.a, link.a_if, link.b, link.b_if, link.mtu)
             self._shape(link.a, link.a_if, link.up, link.mtu)
             self._shape(link.b, link.b_if, link.down, link.mtu)
+        if link.kind == "host" and not link.element:
+            self._host_segments(link.a, link.a_if)
         a_ns, b_ns = self._handle(link.a), self._handle(link.b)
         a_idx = a_ns.link_lookup(ifname=link.a_if)[0]
         b_idx = b_ns.link_lookup(ifname=link.b_if)[0]
@@ -335,6 +337,17 @@ class Testbed:
                 plen = 31 if fam == 4 else 127
                 a_ns.addr("add", index=a_idx, address=leaf_ip, prefixlen=plen)
                 b_ns.addr("add", index=b_idx, address=spine_ip, prefixlen=plen)
+
+    def _host_segments(self, node: str, ifname: str) -> None:
+        """A host's UDP GSO batches leave its NIC as single datagrams, as a
+        NIC's segmentation offload puts them on a real wire: switches,
+        shapers and link elements then see packets, never 64 KB batches.
+        (Element feeders already have ``tx off``, which also stops GSO.)"""
+        r = nsutil.run(self.prefix + node, ["ethtool", "-K", ifname, "tx-udp-segmentation",
+                                            "off"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise UserError(f"ethtool -K {ifname} tx-udp-segmentation off failed: "
+                            f"{r.stderr.strip()}")
 
     def _shape(self, node: str, ifname: str, port: PortConfig, mtu: int) -> None:
         if port.rate_bps == 0 and not (self.state.data.get("netem") and (port.delay or port.loss)):

@@ -10,7 +10,9 @@ per GB (user+system of both processes; softirq work outside them is not
 counted).
 
 - Braid: ``transport.aio.EndpointIO`` (the daemon's engine, without the
-  control socket), AES-GCM on, 1 plane, 4 MiB messages.
+  control socket), AES-GCM on, 1 plane, 4 MiB messages, the daemon's
+  connection defaults (``--spray-run`` overrides the spray granularity).
+  ``braid`` uses 1368-byte payloads (1500-byte MTU), ``braid-jumbo`` 8888.
 - TCP: plain Python sockets, ``sendall`` of 1 MiB / ``recv_into``.
 - aioquic: one stream, self-signed certificate, default congestion control.
 """
@@ -55,7 +57,7 @@ JUMBO_MTU = 9000
 JUMBO_PAYLOAD = JUMBO_MTU - 112
 
 
-def _braid_config(payload: int | None = None) -> Any:
+def _braid_config(payload: int | None = None, spray_run: int | None = None) -> Any:
     from transport.config import ConnectionConfig
     from transport.daemon import HOST_CONNECTION_DEFAULTS
 
@@ -63,17 +65,20 @@ def _braid_config(payload: int | None = None) -> Any:
     kw["planes"] = 1
     if payload:
         kw["payload_size"] = payload
+    if spray_run:
+        kw["spray_run"] = spray_run
     return ConnectionConfig(**kw)
 
 
 async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
-                 profile: str | None, payload: int | None = None) -> dict[str, Any]:
+                 profile: str | None, payload: int | None = None,
+                 spray_run: int | None = None) -> dict[str, Any]:
     from transport.aio import EndpointIO
     from transport.endpoint import Endpoint
     from transport.events import ConnectionFailed, MessageDelivered
     from transport.udp import PeerTable, PlaneAddr
 
-    cfg = _braid_config(payload)
+    cfg = _braid_config(payload, spray_run)
     table = PeerTable(1, [PORT])
     table.add("peer", [PlaneAddr(peer, PORT)])
     done = asyncio.Event()
@@ -95,11 +100,18 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
     eio = EndpointIO(ep, [PlaneAddr(me, PORT)], table, on_event=on_event)
     eio.open()
     cpu0 = _cpu()
-    prof = cProfile.Profile() if profile else None
+    # CPU time, not wall time: on a shared machine a system call that wakes
+    # the peer is often preempted, and wall time would charge that to it.
+    prof = cProfile.Profile(time.process_time) if profile else None
     try:
         if role == "rx":
             _emit({"ready": True})
+            if prof is not None:
+                prof.enable()
             await asyncio.wait_for(done.wait(), 600)
+            if prof is not None:
+                prof.disable()
+                _write_profile(prof, profile)
             return {"bytes": got[0], "t_end": t_end[0], "cpu": _cpu() - cpu0,
                     "failed": failed, "io": eio.stats()}
         chunk = 4 << 20
@@ -115,13 +127,18 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
             await asyncio.sleep(0.005)
         if prof is not None:
             prof.disable()
-            s = io.StringIO()
-            pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
-            Path(profile).write_text(s.getvalue())  # type: ignore[arg-type]
+            _write_profile(prof, profile)
         return {"t_start": t0, "cpu": _cpu() - cpu0, "stats": conn.stats(),
-                "failed": conn.failure_reason}
+                "failed": conn.failure_reason, "io": eio.stats()}
     finally:
         eio.close()
+
+
+def _write_profile(prof: cProfile.Profile, path: str | None) -> None:
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(40)
+    Path(str(path)).write_text(s.getvalue())
+    prof.dump_stats(f"{path}.pstats")
 
 
 def _tcp(role: str, me: str, peer: str, size: int) -> dict[str, Any]:
@@ -245,6 +262,7 @@ def worker(argv: list[str]) -> int:
     p.add_argument("--secret", default="00" * 32)
     p.add_argument("--tmp", default="/tmp")
     p.add_argument("--profile")
+    p.add_argument("--spray-run", type=int)
     a = p.parse_args(argv)
     from transport.aio import new_event_loop
 
@@ -254,7 +272,8 @@ def worker(argv: list[str]) -> int:
         if a.stack in ("braid", "braid-jumbo"):
             payload = JUMBO_PAYLOAD if a.stack == "braid-jumbo" else None
             res = loop.run_until_complete(_braid(a.role, a.me, a.peer, a.size,
-                                                 bytes.fromhex(a.secret), a.profile, payload))
+                                                 bytes.fromhex(a.secret), a.profile, payload,
+                                                 a.spray_run))
         elif a.stack == "tcp":
             res = _tcp(a.role, a.me, a.peer, a.size)
         else:
@@ -319,12 +338,16 @@ class Net:
         return total
 
 
-def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None) -> dict[str, Any]:
+def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None,
+              spray_run: int | None = None) -> dict[str, Any]:
     secret = os.urandom(32).hex()
     base = [sys.executable, "-m", "tools.bench_goodput", "worker", stack]
     common = ["--size", str(size), "--secret", secret, "--tmp", str(tmp)]
+    if spray_run and stack.startswith("braid"):
+        common += ["--spray-run", str(spray_run)]
+    rx_extra = ["--profile", f"{profile}.rx"] if profile else []
     rx = subprocess.Popen([*net.prefix(1), *base, "rx", "--me", net.addrs[1], "--peer",
-                           net.addrs[0], *common], stdout=subprocess.PIPE,
+                           net.addrs[0], *common, *rx_extra], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     tx: subprocess.Popen[str] | None = None
     try:
@@ -358,7 +381,9 @@ def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None) -
         "seconds": secs, "goodput_MBps": r["bytes"] / secs / 1e6,
         "packets": pk1 - pk0, "pps": (pk1 - pk0) / secs,
         "cpu_s": cpu, "cpu_s_per_GB": cpu / (r["bytes"] / 1e9),
-        "detail": {k: v for k, v in t.items() if k in ("stats", "failed")},
+        "cpu_tx_s": t["cpu"], "cpu_rx_s": r["cpu"],
+        "detail": {k: v for k, v in t.items() if k in ("stats", "failed", "io")},
+        "rx_io": r.get("io"),
     }
 
 
@@ -369,6 +394,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated subset of braid,braid-jumbo,tcp,quic "
                         f"(braid-jumbo: {JUMBO_PAYLOAD}-byte payloads on the {JUMBO_MTU}-byte "
                         "MTU link)")
+    parser.add_argument("--spray-run", type=int, default=None, metavar="K",
+                        help="Braid's spray granularity (packets in a row per EV, sent "
+                        "as one UDP GSO batch); default: the daemon's")
     parser.add_argument("--profile", action="store_true",
                         help="cProfile the Braid sender; top functions in the results")
 
@@ -387,21 +415,28 @@ def run(args: argparse.Namespace) -> int:
 
     results: dict[str, dict[str, Any]] = {}
     profile_text = ""
+    budget_rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         try:
             net.up()
             for s in stacks:
                 progress(f"{s}: {size} bytes {'between namespaces' if net.root else 'on loopback'}")
-                results[s] = _run_pair(net, s, size, tmp, None)
+                results[s] = _run_pair(net, s, size, tmp, None, args.spray_run)
                 progress(f"{s}: {results[s]['goodput_MBps']:.1f} MB/s")
             if args.profile and "braid" in stacks:
                 # A separate run: the profiler roughly halves Braid's speed.
                 prof = tmp / "braid.prof"
                 progress("braid: profiled run (not in the table)")
-                _run_pair(net, "braid", size, tmp, str(prof))
+                _run_pair(net, "braid", size, tmp, str(prof), args.spray_run)
                 if prof.exists():
-                    profile_text = prof.read_text()
+                    profile_text = ("sender:\n" + prof.read_text() + "\nreceiver:\n"
+                                    + Path(f"{prof}.rx").read_text())
+                    budget_rows = _budget(prof, results["braid"])
+                    out_dir = Path(args.out or "results")
+                    out_dir.mkdir(parents=True, exist_ok=True)
+                    for side, src in (("tx", prof), ("rx", Path(f"{prof}.rx"))):
+                        shutil.copy(f"{src}.pstats", out_dir / f"goodput-{side}.pstats")
         except RuntimeError as exc:
             raise UserError(str(exc)) from None
         finally:
@@ -426,21 +461,64 @@ def run(args: argparse.Namespace) -> int:
             print(f"{k}: {v:.2f}x")
     if profile_text:
         print(profile_text)
+    commit = _commit()
+    budget_md = ""
+    if budget_rows:
+        from tools.cpu_budget import markdown as budget_markdown
+
+        budget_md = budget_markdown(budget_rows)
+        print(budget_md)
     where = "two namespaces joined by one veth pair" if net.root else "loopback (not root)"
     rtxt = ", ".join(f"{k.replace('_', ' ')} {v:.2f}x" for k, v in ratios.items() if v)
+    run_k = args.spray_run or _braid_config().spray_run
     md = (f"`braid bench goodput`: {size / (1 << 20):.0f} MiB per stack, {where}, each side its "
-          f"own process. Braid = `EndpointIO` with AES-GCM, 1 plane, 4 MiB messages; TCP = "
+          f"own process. Braid = `EndpointIO` with AES-GCM, 1 plane, 4 MiB messages, "
+          f"spray_run {run_k} (runs of {run_k} packets per EV, one GSO send each); TCP = "
           f"Python sockets; aioquic {_aioquic_version()} one stream. Ratios: {rtxt}. "
           f"Packets/s counts link packets in both directions (TCP's are TSO super-packets); "
           f"CPU is user+system of both processes.\n\n" + markdown_table(header, rows)
-          + f"\n\nMeasured {env['time']} on {env['machine']}, {env['cpus']} CPUs, "
-          f"{env['system']}, Python {env['python']}.")
+          + f"\n\nMeasured {env['time']} at commit {commit} on {env['machine']}, "
+          f"{env['cpus']} CPUs, {env['system']}, Python {env['python']}.")
     data = {"bench": NAME, "size": size, "where": where, "environment": env,
-            "results": results, "ratios": ratios, "profile": profile_text}
+            "results": results, "ratios": ratios, "profile": profile_text,
+            "budget": budget_rows, "commit": commit}
     path = write_results(NAME, data, md, args.out, update_docs=bool(args.update_docs),
                          docs=args.docs)
+    if budget_md and args.update_docs:
+        from tools.bench_common import DEFAULT_DOCS, replace_section
+
+        packets = results["braid"]["detail"]["stats"]["packets_sent"]
+        replace_section(Path(args.docs) if args.docs else DEFAULT_DOCS, "goodput-budget",
+                        f"CPU per Braid data packet (1500 MTU, {packets:,} packets), from "
+                        f"`braid bench goodput --profile` (both ends profiled in a separate "
+                        f"run; the last column scales each row's share to the unprofiled "
+                        f"run's CPU per packet).\n\n{budget_md}\n\nMeasured {env['time']} at "
+                        f"commit {commit}, shared 2-CPU machine.")
     progress(f"wrote {path}")
     return 0
+
+
+def _budget(prof: Path, braid: dict[str, Any]) -> list[dict[str, object]]:
+    from tools.cpu_budget import budget
+
+    packets = int(braid["detail"]["stats"]["packets_sent"])
+    real = {"sender": braid["cpu_tx_s"] / packets * 1e6,
+            "receiver": braid["cpu_rx_s"] / packets * 1e6}
+    return budget(f"{prof}.pstats", f"{prof}.rx.pstats", packets, real)
+
+
+def _commit() -> str:
+    """The commit measured (with '+dirty' when the work tree has changes)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def _aioquic_version() -> str:

@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default="",
                         help="comma-separated scenario keys, e.g. a,c,k,jitter,taildrop (k-n: "
                              "issue 12's worst cases, each with both clients)")
+    parser.add_argument("--spray-run", type=int, default=None, metavar="K",
+                        help="spray granularity of every connection (packets in a row per "
+                        "EV; default 1, per-packet)")
 
 
 def _scenarios(quick: bool) -> dict[str, tuple[str, Any]]:
@@ -117,7 +120,8 @@ def _figures(key: str, r: dict[str, Any]) -> dict[str, Any]:
     if key in ("a", "b1", "b5"):
         return {"ok": r["ok"], "goodput/capacity": r["goodput_over_capacity"],
                 "goodput/raw wire rate": r["goodput_over_raw"], "RTOs": r["rtos"],
-                "retransmissions": r["retransmissions"], "NACKs": r["nacks"]}
+                "retransmissions": r["retransmissions"], "NACKs": r["nacks"],
+                "EV share max dev": r["ev_share_dev"]}
     if key == "c":
         return {"ok": r["ok"], "completion/ideal": r["completion_over_ideal"], "RTOs": r["rtos"],
                 "last-hop trims": r["trims_last_hop"], "NACKs": r["nacks"],
@@ -163,6 +167,8 @@ def _figures(key: str, r: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     only = {x.strip() for x in args.only.split(",") if x.strip()}
+    if args.spray_run is not None:
+        S.CONFIG_OVERRIDES["spray_run"] = args.spray_run
     rows: list[list[str]] = []
     data: dict[str, Any] = {"environment": environment(), "scenarios": {}}
     for key, (title, fn) in _scenarios(args.quick).items():
@@ -182,7 +188,9 @@ def run(args: argparse.Namespace) -> int:
     md = (
         "Scenarios of the connection core in the simulated fabric (`braid bench sim`; "
         "virtual time, deterministic; capacity = wire rate x payload fraction, "
-        "i.e. the best goodput the fabric allows after headers).\n\n"
+        "i.e. the best goodput the fabric allows after headers)"
+        + (f"; every connection with spray_run={args.spray_run}" if args.spray_run else "")
+        + ".\n\n"
         + markdown_table(header, rows)
     )
     path = write_results("sim", data, md, args.out, update_docs=args.update_docs, docs=args.docs)

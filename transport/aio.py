@@ -8,23 +8,38 @@ buffer (an order of magnitude cheaper per datagram than a
 connections want to send, dispatch their events, re-arm the single timer
 handle at the earliest ``next_timer()``.
 
-Not used, on purpose (measured, see docs/daemon.md): UDP GSO — a GSO batch
-shares one source port, i.e. one EV, which per-packet spraying never has in
-a row; and UDP GRO, which coalesces only same-flow datagrams.
+System calls are batched where the kernel helps (docs/benchmarks.md,
+"CPU per gigabyte"): consecutive datagrams for the same (peer, plane, EV,
+DSCP) — a run, which the core produces when ``spray_run`` > 1 — go out in
+one ``sendmsg`` with UDP GSO; the listening socket has UDP GRO on, so such a
+batch that reaches it unsplit is read in one ``recvmsg`` and cut here. With
+``spray_run`` = 1 no two consecutive datagrams share an EV and every send is
+one datagram, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from transport.connection import Connection
 from transport.datagram import RxInfo, TxPath
 from transport.endpoint import Endpoint, PeerKey
 from transport.events import Event
-from transport.udp import ANC_SPACE, PeerTable, PlaneAddr, PlaneSockets, errno_name
+from transport.udp import (
+    GSO_MAX_BYTES,
+    GSO_MAX_SEGMENTS,
+    RX_ANC_SPACE,
+    SOL_UDP,
+    PeerTable,
+    PlaneAddr,
+    PlaneSockets,
+    errno_name,
+)
 from wire.constants import ECN_CE, Dscp
 
 #: Datagrams read per readiness callback before the connections are serviced
@@ -34,6 +49,9 @@ RX_BUDGET = 256
 TX_ROUNDS = 4
 _MAX_DGRAM = 65536
 _DATA_DSCP = int(Dscp.DATA)
+_INT = struct.Struct("i")
+#: errnos that mean "this kernel or device cannot do UDP GSO here".
+_GSO_REFUSED = (errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOPROTOOPT)
 
 EventHandler = Callable[[Connection, PeerKey, Event], None]
 
@@ -65,7 +83,7 @@ class EndpointIO:
 
     def __init__(self, endpoint: Endpoint, planes: Sequence[PlaneAddr], peers: PeerTable, *,
                  on_event: EventHandler | None = None, pool: int = 16,
-                 rcvbuf: int = 32 << 20, sndbuf: int = 8 << 20) -> None:
+                 rcvbuf: int = 32 << 20, sndbuf: int = 8 << 20, batch: bool = True) -> None:
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint
@@ -75,6 +93,7 @@ class EndpointIO:
         self._pool = pool
         self._rcvbuf = rcvbuf
         self._sndbuf = sndbuf
+        self._batch = batch
         self.planes: list[PlaneSockets] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -88,6 +107,8 @@ class EndpointIO:
         self.rx_bytes = 0
         self.tx_bytes = 0
         self.tx_errors: dict[str, int] = {}
+        #: sendmsg calls that carried a GSO batch (more than one datagram).
+        self.gso_sends = 0
         self.closed = False
         self.tap: Tap | None = None
 
@@ -99,7 +120,7 @@ class EndpointIO:
         try:
             for i, a in enumerate(self.plane_addrs):
                 self.planes.append(PlaneSockets(i, a, pool=self._pool, rcvbuf=self._rcvbuf,
-                                                sndbuf=self._sndbuf))
+                                                sndbuf=self._sndbuf, batch=self._batch))
         except BaseException:
             self.close()
             raise
@@ -163,35 +184,64 @@ class EndpointIO:
         by_source = peers.by_source
         infos = self._rx_info
         plane = ps.index
+        tap = self.tap
         now = time.monotonic()
         n_rx = 0
         n_bytes = 0
-        for _ in range(RX_BUDGET):
+        calls = 0
+        last_v = -1
+        last_host = ""
+        rx = RxInfo(plane)  # replaced at the first datagram (last_v = -1)
+        peer: PeerKey = None
+        # Bounded in datagrams (a GRO read carries many) and in reads.
+        while n_rx < RX_BUDGET and calls < RX_BUDGET:
+            calls += 1
             try:
-                n, anc, _flags, addr = sock.recvmsg_into(bufs, ANC_SPACE)
+                n, anc, _flags, addr = sock.recvmsg_into(bufs, RX_ANC_SPACE)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:  # e.g. an ICMP error queued on the socket
                 self._count_tx_error(exc)
                 break
-            v = anc[0][2][0] if anc and anc[0][2] else 0
-            rx = infos.get((plane, v))
-            if rx is None:
-                rx = infos[(plane, v)] = RxInfo(plane, (v & 3) == ECN_CE, v >> 2)
+            v = 0
+            seg = 0
+            for level, _type, cdata in anc:
+                if level == SOL_UDP:
+                    if len(cdata) >= 4:
+                        seg = _INT.unpack_from(cdata)[0]
+                elif cdata:
+                    v = cdata[0]  # IP_TOS one byte; IPV6_TCLASS an int (little-endian)
+            if v != last_v:
+                known = infos.get((plane, v))
+                if known is None:
+                    known = infos[(plane, v)] = RxInfo(plane, (v & 3) == ECN_CE, v >> 2)
+                rx = known
+                last_v = v
             host = addr[0]
-            peer = by_source.get((plane, host))
-            data = bytes(view[:n])
-            if self.tap is not None:
-                self.tap.on_rx(now, data, rx)
-            if peer is not None:
-                ep.receive_datagram(data, rx, now, peer)
-            else:  # an unknown source: remembered only once it has a connection
+            if host != last_host:  # a drain is mostly one peer's datagrams
+                peer = by_source.get((plane, host))
+                last_host = host
+            n_bytes += n
+            if 0 < seg < n:
+                # A GRO batch: datagrams of ``seg`` bytes, the last maybe shorter.
+                chunks: Iterable[bytes] = [bytes(view[off:min(off + seg, n)])
+                                           for off in range(0, n, seg)]
+            else:
+                chunks = (bytes(view[:n]),)
+            for data in chunks:
+                if tap is not None:
+                    tap.on_rx(now, data, rx)
+                n_rx += 1
+                if peer is not None:
+                    ep.receive_datagram(data, rx, now, peer)
+                    continue
+                # An unknown source: remembered only once it has a connection
+                # (it authenticated), never for a mere datagram.
                 conn = ep.receive_datagram(data, rx, now, host)
                 if conn is not None and conn.local_cid in ep.connections and \
                         ep.peer_of(conn) == host:
                     peers.learn(plane, host)
-            n_rx += 1
-            n_bytes += n
+                    peer = by_source.get((plane, host))
         self.rx_datagrams += n_rx
         self.rx_bytes += n_bytes
 
@@ -227,31 +277,72 @@ class EndpointIO:
         n_tx = 0
         n_bytes = 0
         n_planes = len(planes)
-        for peer, data, path in out:
+        n_out = len(out)
+        i = 0
+        while i < n_out:
+            peer, data, path = out[i]
             if not 0 <= path.plane < n_planes:
                 # The core folds every plane into range; never let one bad
                 # number abort the service pass (a CLOSE behind it would be lost).
                 self.tx_errors["bad_plane"] = self.tx_errors.get("bad_plane", 0) + 1
+                i += 1
                 continue
             ps = planes[path.plane]
             dest = sockaddr(peer, path.plane, path.ev)
             if dest is None:
                 self.tx_errors["no_route"] = self.tx_errors.get("no_route", 0) + 1
+                i += 1
                 continue
             pool = ps.pool
             sock = pool[path.ev % len(pool)]
+            size = len(data)
+            j = i + 1
+            total = size
+            if ps.gso:
+                # The run of datagrams that can share one GSO send: same peer,
+                # plane, EV and codepoint; equal sizes, only the last shorter.
+                ev, plane, dscp = path.ev, path.plane, path.dscp
+                while j < n_out and j - i < GSO_MAX_SEGMENTS:
+                    p2, d2, path2 = out[j]
+                    if (path2.ev != ev or path2.plane != plane or path2.dscp != dscp
+                            or p2 != peer):
+                        break
+                    n2 = len(d2)
+                    if n2 > size or total + n2 > GSO_MAX_BYTES:
+                        break
+                    total += n2
+                    j += 1
+                    if n2 < size:
+                        break
             try:
-                if path.dscp == _DATA_DSCP:
-                    sock.sendto(data, dest)
+                if j == i + 1:
+                    if path.dscp == _DATA_DSCP:
+                        sock.sendto(data, dest)
+                    else:
+                        sock.sendmsg([data], ps.cmsg[path.dscp], 0, dest)
                 else:
-                    sock.sendmsg([data], ps.cmsg[path.dscp], 0, dest)
+                    anc = [ps.gso_cmsg(size)]
+                    if path.dscp != _DATA_DSCP:
+                        anc += ps.cmsg[path.dscp]
+                    sock.sendmsg([d for _p, d, _t in out[i:j]], anc, 0, dest)
+                    self.gso_sends += 1
             except OSError as exc:
+                if j > i + 1 and exc.errno in _GSO_REFUSED:
+                    # This kernel/device cannot segment: one datagram per call
+                    # on this plane from now on (retry the same run).
+                    ps.gso = False
+                    self.tx_errors["gso_refused"] = self.tx_errors.get("gso_refused", 0) + 1
+                    # Runs would now only be bursts: back to per-packet spraying.
+                    self.endpoint.set_spray_run(1)
+                    continue
                 # A full socket buffer (EAGAIN/ENOBUFS) is a loss like any
                 # other: the core recovers it. Count it, never stall.
                 self._count_tx_error(exc)
+                i = j
                 continue
-            n_tx += 1
-            n_bytes += len(data)
+            n_tx += j - i
+            n_bytes += total
+            i = j
         self.tx_datagrams += n_tx
         self.tx_bytes += n_bytes
 
@@ -296,6 +387,7 @@ class EndpointIO:
             "tx_datagrams": self.tx_datagrams,
             "rx_bytes": self.rx_bytes,
             "tx_bytes": self.tx_bytes,
+            "gso_sends": self.gso_sends,
             "tx_errors": dict(self.tx_errors),
             "peer_table": len(self.peers),
             "planes": [
@@ -304,6 +396,8 @@ class EndpointIO:
                     "address": str(ps.addr),
                     "rcvbuf": ps.rcvbuf,
                     "source_ports": len(ps.source_ports),
+                    "gso": ps.gso,
+                    "gro": ps.gro,
                     "rx_queue_drops": ps.rx_queue_drops(),
                 }
                 for ps in self.planes

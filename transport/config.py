@@ -63,6 +63,11 @@ class ConnectionConfig:
     max_burst: int = 64
     #: Seed of EV selection and rotation (connections must not synchronise).
     seed: int = 0
+    #: Spray granularity: consecutive new packets sent on one EV (1 = every
+    #: packet on the next EV). k > 1 lets the I/O layer hand a run to the
+    #: kernel in one system call (UDP GSO); see docs/benchmarks.md for what
+    #: it costs in load balance.
+    spray_run: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.planes <= 255:
@@ -71,6 +76,8 @@ class ConnectionConfig:
             raise ValueError("evs_per_plane must be ≥ 1")
         if not 64 <= self.payload_size <= 65000:
             raise ValueError("payload_size must be 64..65000")
+        if not 1 <= self.spray_run <= 64:
+            raise ValueError("spray_run must be 1..64")
         if self.ack_every < 1:
             raise ValueError("ack_every must be ≥ 1")
         if not 1 << 20 <= self.recv_window < 1 << 31:

@@ -7,6 +7,10 @@ import enum
 
 
 class ConnState(enum.Enum):
+    # Identity hash: Enum's own __hash__ is Python code (hash of the name),
+    # paid on every dict/set lookup of a state on the per-packet paths.
+    __hash__ = object.__hash__
+
     HANDSHAKING = "handshaking"
     ESTABLISHED = "established"
     #: close() was called; waiting for everything sent to be acknowledged.
@@ -18,6 +22,10 @@ class ConnState(enum.Enum):
 
 
 class ConnEvent(enum.Enum):
+    # Identity hash: Enum's own __hash__ is Python code (hash of the name),
+    # paid on every dict/set lookup of a state on the per-packet paths.
+    __hash__ = object.__hash__
+
     ACCEPT_RECEIVED = "accept_received"
     INIT_ACCEPTED = "init_accepted"
     CLOSE_CALLED = "close_called"

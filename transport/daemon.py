@@ -42,7 +42,7 @@ from transport.events import (
     MessageAcked,
     MessageDelivered,
 )
-from transport.udp import PeerTable, PlaneAddr, parse_addr
+from transport.udp import PeerTable, PlaneAddr, parse_addr, path_mtu, payload_for_mtu
 from wire.codec import peek_untrusted
 from wire.constants import HEADER_TAG_LEN, UDP_PORT, Dscp, Flag, NackReason, PacketType
 from wire.keys import KeyFileError, load_key_file
@@ -60,13 +60,16 @@ from wire.packets import Data, Nack, Sack, unpack_body
 #: ``testbed.topology.connection_plane_rate``); 10 Gbit/s is only the default.
 HOST_CONNECTION_DEFAULTS: dict[str, Any] = {
     "evs_per_plane": 32,
-    "ack_every": 16,
+    "ack_every": 32,
     "plane_rate": 1.25e9,
     "initial_rtt": 1e-3,
     "min_rto": 40e-3,
     "idle_fail_timeout": 5.0,
     "handshake_timeout": 2.0,
     "congestion_params": {"burst_packets": 64, "target_delay": 2e-3},
+    # Runs of 8 packets per EV: one UDP GSO send each (docs/benchmarks.md,
+    # "CPU per gigabyte": what it costs in load balance, scenarios a-j).
+    "spray_run": 8,
 }
 UNREACHABLE = "peer unreachable or key mismatch"
 #: Messages and bytes a receive stream may hold unacknowledged (at least one
@@ -79,6 +82,24 @@ HANGUP_POLL = 0.25
 #: Control clients served at once; one more is told so and closed. Each holds at
 #: most a 2 x ``control.MAX_LINE`` read buffer and one request body being read.
 MAX_CLIENTS = 256
+
+
+#: Largest MTU the automatic payload follows (loopback's 64 KiB is no fabric).
+MAX_AUTO_MTU = 9000
+
+
+def auto_payload(planes: list[PlaneAddr], peers: dict[str, list[PlaneAddr]]) -> int | None:
+    """The DATA payload that fits every plane's path MTU to every configured
+    peer, up to a 9000-byte MTU (the testbed's default links: 8888 over IPv4,
+    8868 over IPv6; loopback counts as 9000); None without peers or
+    routes (the configured default, sized for 1500, stays). Only the first
+    hop's MTU is known before traffic flows: give links of one plane one MTU."""
+    sizes = [payload_for_mtu(min(mtu, MAX_AUTO_MTU), v6=local.family == socket.AF_INET6)
+             for addrs in peers.values() for local, remote in zip(planes, addrs, strict=False)
+             if (mtu := path_mtu(local, remote)) is not None]
+    if not sizes:
+        return None
+    return max(64, min(sizes))
 
 
 class ConfigError(ValueError):
@@ -105,6 +126,9 @@ class DaemonConfig:
     recv_buffer: int = 512 << 20
     source: str = "<config>"
     extra: dict[str, Any] = field(default_factory=dict)
+    #: No payload_size configured: size DATA to the path MTU towards the
+    #: configured peers (jumbo links give jumbo payloads), see ``auto_payload``.
+    payload_auto: bool = False
 
 
 def _want(src: str, key: str, value: object, kind: type | tuple[type, ...], what: str) -> Any:
@@ -180,7 +204,8 @@ def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{src}: table 'connection': {exc}") from None
     cfg = DaemonConfig(name=name, planes=planes, peers=peers, socket_path=sock,
-                       key_file=key_file, connection=conn_cfg, source=src)
+                       key_file=key_file, connection=conn_cfg, source=src,
+                       payload_auto="payload_size" not in data.get("connection", {}))
     for k in ("pool", "rcvbuf", "sndbuf", "send_window", "recv_buffer"):
         if k in data:
             v = _want(src, k, data[k], int, "an integer")
@@ -339,6 +364,10 @@ class Daemon:
         self.secret = secret
         self.log = log or Log()
         self.qlog = qlog
+        if cfg.payload_auto:
+            payload = auto_payload(cfg.planes, cfg.peers)
+            if payload is not None:
+                cfg.connection = replace(cfg.connection, payload_size=payload)
         # Back-pressure instead of inbox drops: a delivered message keeps its
         # connection's credit until a client took it from the inbox, so each
         # connection holds at most recv_window bytes here (recv_buffer caps it).

@@ -252,6 +252,14 @@ class Endpoint:
             del self._peer[conn.local_cid]
         return gone
 
+    def set_spray_run(self, k: int) -> None:
+        """Change the spray granularity of every connection, present and future
+        (the I/O layer drops to 1 when the kernel cannot batch a run anyway:
+        runs then only make bursts)."""
+        self.config = replace(self.config, spray_run=k)
+        for conn in self.connections.values():
+            conn.paths.spray_run = k
+
     def close_all(self, now: float) -> None:
         for conn in list(self.connections.values()):
             conn.close(now)

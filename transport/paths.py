@@ -139,17 +139,39 @@ class PathPolicy:
 
     name: ClassVar[str] = "base"
 
-    def __init__(self, *, ev_set: EvSet | None = None, **ev_set_params: Any) -> None:
+    def __init__(self, *, ev_set: EvSet | None = None, spray_run: int = 1,
+                 **ev_set_params: Any) -> None:
+        if spray_run < 1:
+            raise ValueError("spray_run must be ≥ 1")
         self.ev_set = ev_set if ev_set is not None else EvSet(**ev_set_params)
+        #: Spray granularity: consecutive first transmissions that share one
+        #: EV (1 = per-packet spraying). A run lets the I/O layer send them
+        #: in one system call (UDP GSO: one batch is one source port).
+        self.spray_run = spray_run
+        self._run_ev: Ev | None = None
+        self._run_left = 0
 
     def _pick(self, now: float, avoid: Ev | None) -> Ev | None:
         raise NotImplementedError
 
     def next_ev(self, now: float, avoid: Ev | None = None) -> Ev | None:
+        """The EV of the next packet. ``avoid`` marks a retransmission: it is
+        never part of a run (it must leave the EV it was lost on)."""
+        if avoid is None and self._run_left:
+            ev = self._run_ev
+            if ev is not None and ev.state is GOOD:
+                self._run_left -= 1
+                ev.sent += 1
+                ev.last_sent = now
+                return ev
+            self._run_left = 0
         ev = self._pick(now, avoid)
         if ev is not None:
             ev.sent += 1
             ev.last_sent = now
+            if avoid is None and self.spray_run > 1:
+                self._run_ev = ev
+                self._run_left = self.spray_run - 1
         return ev
 
     @property

@@ -338,6 +338,12 @@ class Sender:
             self.cum_acked = cum_psn
         bm = sack.bitmap
         base = unwrap(sack.bitmap_base, cum_psn)
+        # Bits below the cumulative PSN were settled just above: a SACK costs
+        # what it newly reports, not the 64 PSNs its bitmap repeats.
+        settled = self.cum_acked - base
+        if settled > 0:
+            bm >>= settled
+            base += settled
         while bm:
             low = bm & -bm
             psn = base + low.bit_length() - 1

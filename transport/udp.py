@@ -12,6 +12,13 @@ ancillary data on ``sendmsg`` — one syscall either way, no per-packet
 setsockopt. The listening socket asks for the received TOS / traffic class
 (IP_RECVTOS / IPV6_RECVTCLASS): CE and DSCP (a trimmed-last-hop header is
 told from a fabric trim by its DSCP).
+
+Batching (Linux): a run of datagrams for one EV goes out in one ``sendmsg``
+with UDP_SEGMENT (GSO; the kernel cuts it into datagrams, each with the same
+source port and flow label), and the listening socket sets UDP_GRO, so a GSO
+batch that crosses a veth unsplit arrives as one ``recvmsg`` with its
+segment size in ancillary data. A kernel that refuses either is detected
+and the plane falls back to one datagram per system call.
 """
 
 from __future__ import annotations
@@ -32,6 +39,16 @@ IPV6_FLOWINFO_SEND = 33
 _INT = struct.Struct("i")
 #: Ancillary-data space for one TOS / traffic-class value.
 ANC_SPACE = socket.CMSG_SPACE(4)
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+#: Receive ancillary space: TOS / traffic class plus the GRO segment size.
+RX_ANC_SPACE = 2 * socket.CMSG_SPACE(4)
+#: Limits of one GSO send: segments (the kernel allows 64 or 128) and bytes
+#: (a UDP datagram's length field).
+GSO_MAX_SEGMENTS = 64
+GSO_MAX_BYTES = 65000
+_U16 = struct.Struct("H")
 
 PeerKey = Hashable
 SockAddr = tuple[str, int] | tuple[str, int, int, int]
@@ -94,7 +111,7 @@ class PlaneSockets:
     """The listening socket and the EV-carrying send pool of one plane."""
 
     def __init__(self, index: int, addr: PlaneAddr, *, pool: int, rcvbuf: int,
-                 sndbuf: int) -> None:
+                 sndbuf: int, batch: bool = True) -> None:
         self.index = index
         self.addr = addr
         self.family = addr.family
@@ -108,6 +125,16 @@ class PlaneSockets:
         else:
             self.listen.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         self.rcvbuf = self.listen.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        #: UDP GSO on send / GRO on receive in use (``batch`` and the kernel allow).
+        self.gso = batch
+        self.gro = False
+        if batch:
+            try:
+                self.listen.setsockopt(SOL_UDP, UDP_GRO, 1)
+                self.gro = True
+            except OSError:
+                pass
+        self._gso_cmsg: dict[int, tuple[int, int, bytes]] = {}
         self.pool: list[socket.socket] = []
         try:
             for _ in range(pool):
@@ -135,6 +162,13 @@ class PlaneSockets:
             s.close()
             raise
         return s
+
+    def gso_cmsg(self, size: int) -> tuple[int, int, bytes]:
+        """Ancillary data asking the kernel to cut a send into ``size``-byte datagrams."""
+        c = self._gso_cmsg.get(size)
+        if c is None:
+            c = self._gso_cmsg[size] = (SOL_UDP, UDP_SEGMENT, _U16.pack(size))
+        return c
 
     def close(self) -> None:
         for s in {id(s): s for s in [self.listen, *self.pool]}.values():
@@ -251,6 +285,33 @@ class PeerTable:
                 self._sockaddr.clear()
             self._sockaddr[key] = sa
         return sa
+
+
+#: Bytes of a datagram that are not payload, besides the IP header: UDP (8),
+#: DATA header + header tag (68), payload tag (16).
+DATAGRAM_OVERHEAD = 8 + 68 + 16
+IP_MTU = 14
+IPV6_MTU = 24
+
+
+def path_mtu(local: PlaneAddr, remote: PlaneAddr) -> int | None:
+    """The kernel's MTU towards ``remote`` from ``local`` (the route's first
+    hop; None if it cannot tell, e.g. no route)."""
+    v6 = local.family == socket.AF_INET6
+    try:
+        with socket.socket(local.family, socket.SOCK_DGRAM) as s:
+            s.bind((local.host, 0))
+            s.connect((remote.host, remote.port))
+            if v6:
+                return int(s.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU))
+            return int(s.getsockopt(socket.IPPROTO_IP, IP_MTU))
+    except OSError:
+        return None
+
+
+def payload_for_mtu(mtu: int, *, v6: bool) -> int:
+    """The largest DATA payload whose datagram fits ``mtu``."""
+    return mtu - (40 if v6 else 20) - DATAGRAM_OVERHEAD
 
 
 def errno_name(exc: OSError) -> str:

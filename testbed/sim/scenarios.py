@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -123,6 +123,11 @@ def make_fabric(*, planes: int = 4, spines: int = 4, rate: float = 1.25e9,
     return Fabric(FabricSpec(planes, spines, up, sp, dn, seed=seed, overhead=OVERHEAD), hosts)
 
 
+#: Connection parameters applied to every scenario's connections (under the
+#: scenario's own), e.g. ``{"spray_run": 8}`` from ``braid bench sim --spray-run``.
+CONFIG_OVERRIDES: dict[str, Any] = {}
+
+
 def default_config(fabric: Fabric, **kw: Any) -> ConnectionConfig:
     """A config sized to the fabric: plane rate and base RTT from its links."""
     a, b = fabric.hosts[0], fabric.hosts[1]
@@ -132,6 +137,7 @@ def default_config(fabric: Fabric, **kw: Any) -> ConnectionConfig:
         "planes": fabric.planes, "evs_per_plane": 16, "initial_rtt": rtt,
         "plane_rate": rate, "min_rto": max(10 * rtt, 100e-6),
     }
+    base.update(CONFIG_OVERRIDES)
     base.update(kw)
     return ConnectionConfig(**base)
 
@@ -240,6 +246,7 @@ def run_transfer(*, size: int = 64 << 20, msg_size: int = 1 << 20, loss: float =
         "retransmissions": a.conn.sender.retransmissions,
         "nacks": a.conn.sender.nacks,
         "failed": a.failed,
+        "ev_share_dev": ev_share_dev(a.conn.paths.evs),
         "a": a, "b": b, "sim": sim, "fabric": fab, "start": start, "end": end,
     }
 
@@ -338,6 +345,14 @@ def scenario_plane_down(*, size: int = 32 << 20, msg_size: int = 64 << 10, seed:
         ) if restored_at is None else None,
     })
     return r
+
+
+def ev_share_dev(evs: Sequence[Any]) -> float:
+    """Largest relative deviation of one EV's packet count from the mean
+    (0.2 = some EV carried 20% more or less than an even share)."""
+    counts = [ev.sent for ev in evs]
+    mean = sum(counts) / len(counts) if counts else 0.0
+    return max(abs(c / mean - 1) for c in counts) if mean else 0.0
 
 
 def _spine_share(fab: Fabric, plane: int, spine: int, dst: str) -> float:

@@ -379,3 +379,53 @@ def test_allow_into_fully_denied_parked_plane_gets_probed() -> None:
     assert b.state is BAD and p.due_probes(1.004) == [b]
     p.on_probe_ack(b, 1.005)
     assert p.parked_planes() == [] and b.state is GOOD and a.state is DENIED
+
+
+# -- spray granularity (spray_run) ------------------------------------------------------
+
+
+def test_spray_run_keeps_k_consecutive_packets_on_one_ev() -> None:
+    p = SprayPolicy(planes=2, evs_per_plane=8, seed=3, spray_run=4)
+    picks = [p.next_ev(0.0) for _ in range(64)]
+    runs = [picks[i:i + 4] for i in range(0, 64, 4)]
+    assert all(r[0] is not None and all(ev is r[0] for ev in r) for r in runs)
+    # Consecutive runs move on, and over 16 runs every EV got exactly one run.
+    assert all(a[0] is not b[0] for a, b in itertools.pairwise(runs))
+    assert Counter(ev.index for ev in picks if ev is not None) == {i: 4 for i in range(16)}
+
+
+def test_spray_run_retransmission_leaves_the_run_and_a_bad_ev_ends_it() -> None:
+    p = SprayPolicy(planes=1, evs_per_plane=8, seed=3, spray_run=4)
+    first = p.next_ev(0.0)
+    assert first is not None
+    retx = p.next_ev(0.0, avoid=first)  # a retransmission never joins a run
+    assert retx is not None and retx is not first
+    assert p.next_ev(0.0) is first  # the run continues after it
+    p.on_loss(first, 0.0)
+    assert first.state is BAD
+    nxt = p.next_ev(0.0)
+    assert nxt is not None and nxt is not first  # the run ends with the EV's health
+
+
+def test_spray_run_one_is_per_packet_spraying() -> None:
+    a = SprayPolicy(planes=2, evs_per_plane=8, seed=3)
+    b = SprayPolicy(planes=2, evs_per_plane=8, seed=3, spray_run=1)
+    assert rotation_of(a) == rotation_of(b)
+    with pytest.raises(ValueError):
+        SprayPolicy(planes=2, evs_per_plane=8, spray_run=0)
+
+
+def test_plane_silence_timer_parks_at_exactly_its_own_deadline() -> None:
+    """The silent-plane timer fires at last_heard + silence; the check must
+    agree at that very instant. ``(a + b) - a < b`` in floating point (here
+    0.7 + 0.1), and a check written as ``now - last_heard >= silence`` left
+    the timer due forever: a simulator livelock found with spray_run = 16."""
+    p = SprayPolicy(base_rtt=RTT, plane_loss_evs=4, plane_silence=0.1)
+    plane2 = [ev for ev in p.evs if ev.plane == 2]
+    p.on_ack(plane2[10], 0.7, ecn=False, rtt=RTT)
+    for i in range(4):
+        p.on_loss(plane2[i], 0.7995)  # probes of these EVs fall due after 0.8
+    t = p.next_timer()
+    assert t == 0.7 + 0.1 and t - 0.7 < 0.1  # the rounding this test is about
+    p.due_probes(t)
+    assert p.parked_planes() == [2]
