@@ -346,7 +346,7 @@ class Testbed:
         r = nsutil.run(self.prefix + node, ["ethtool", "-K", ifname, "tx-udp-segmentation",
                                             "off"], capture_output=True, text=True)
         if r.returncode != 0:
-            raise UserError(f"ethtool -K {ifname} tx-udp-segmentation off failed: "
+            raise TestbedError(f"ethtool -K {ifname} tx-udp-segmentation off failed: "
                             f"{r.stderr.strip()}")
 
     def _shape(self, node: str, ifname: str, port: PortConfig, mtu: int) -> None:

@@ -342,7 +342,7 @@ def plane_bottleneck_rate(topo: Topology, plane: int) -> float | None:
     BDP, window cap and pacing rate from it.
     """
     if not 0 <= plane < topo.planes:
-        raise UserError(f"no plane {plane} (planes 0..{topo.planes - 1})")
+        raise TestbedError(f"no plane {plane} (planes 0..{topo.planes - 1})")
     rates: list[float] = []
     leaf_up: dict[str, float] = {}
     leaf_down: dict[str, float] = {}
