@@ -14,7 +14,8 @@ A timeline is either a TOML file (``events = ["at 2.0 plane 2 down", ...]`` or
 ``[[event]]`` tables with ``at`` and ``fault``) or a text file with one
 ``at TIME FAULT`` per line (``#`` comments). Errors name the line.
 
-``down`` on a link with an element blackholes both directions in the element;
+``down`` on a link with an element blackholes both directions in the element
+(the eBPF port or the userspace one; only the userspace one can ``delay``);
 on a plain veth it sets the core-side end (switch/spine) administratively down,
 so the other end loses carrier but — like a fabric whose routing has not
 converged — keeps hashing packets onto it. ``up`` undoes it; ``heal`` also
@@ -227,11 +228,14 @@ def element_command(tb: Testbed, plane: int, req: dict[str, Any], timeout: float
 
 def set_ports(tb: Testbed, links: list[LinkSpec], direction: str, changes: dict[str, Any]
               ) -> None:
-    by_plane: dict[int, list[str]] = {}
+    by_plane: dict[tuple[int, str], list[str]] = {}
     for lk in links:
-        by_plane.setdefault(lk.plane, []).append(lk.name)
-    for plane, names in by_plane.items():
-        element_command(tb, plane, {"link": names, "dir": direction, "set": changes})
+        by_plane.setdefault((lk.plane, tb.element_kind(lk.name)), []).append(lk.name)
+    for (plane, kind), names in by_plane.items():
+        if kind == "ebpf":
+            tb.ebpf(plane).set(names, direction, changes)
+        else:
+            element_command(tb, plane, {"link": names, "dir": direction, "set": changes})
 
 
 def set_down(tb: Testbed, links: list[LinkSpec], down: bool) -> None:
@@ -256,8 +260,10 @@ def heal(tb: Testbed, links: list[LinkSpec]) -> None:
     for lk in links:
         if lk.element:
             for d, cfg in (("up", lk.up), ("down", lk.down)):
-                set_ports(tb, [lk], d, {"loss": cfg.loss, "delay": cfg.delay,
-                                        "rate_bps": cfg.rate_bps})
+                changes = {"loss": cfg.loss, "delay": cfg.delay, "rate_bps": cfg.rate_bps}
+                if tb.element_kind(lk.name) == "ebpf":
+                    del changes["delay"]  # it has none
+                set_ports(tb, [lk], d, changes)
 
 
 # -------------------------------------------------------------------- running
