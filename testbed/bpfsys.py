@@ -19,6 +19,13 @@ BPF_MAP_UPDATE_ELEM = 2
 BPF_OBJ_GET = 7
 BPF_PROG_GET_NEXT_ID = 11
 BPF_PROG_GET_FD_BY_ID = 13
+BPF_OBJ_GET_INFO_BY_FD = 15
+BPF_ENABLE_STATS = 32
+BPF_STATS_RUN_TIME = 0
+#: offsets in struct bpf_prog_info (linux/bpf.h, stable ABI)
+PROG_INFO_SIZE = 232
+PROG_INFO_RUN_TIME_NS = 192
+PROG_INFO_RUN_CNT = 200
 BPF_ANY = 0
 ATTR_SIZE = 128
 
@@ -122,3 +129,31 @@ def prog_exists(prog_id: int) -> bool:
         raise
     os.close(fd)
     return True
+
+
+def enable_run_time_stats() -> int:
+    """Turn on per-program run-time accounting until the returned fd is closed."""
+    attr = ctypes.create_string_buffer(ATTR_SIZE)
+    ctypes.memmove(attr, ctypes.byref(ctypes.c_uint32(BPF_STATS_RUN_TIME)), 4)
+    return _bpf(BPF_ENABLE_STATS, attr)
+
+
+def prog_run_time(prog_id: int) -> tuple[int, int]:
+    """(ns spent in the program, times it ran) since it was loaded, counted while
+    run-time stats were enabled."""
+    attr = ctypes.create_string_buffer(ATTR_SIZE)
+    ctypes.memmove(attr, ctypes.byref(ctypes.c_uint32(prog_id)), 4)
+    fd = _bpf(BPF_PROG_GET_FD_BY_ID, attr)
+    try:
+        info = ctypes.create_string_buffer(PROG_INFO_SIZE)
+        attr = ctypes.create_string_buffer(ATTR_SIZE)
+        head = (ctypes.c_uint32 * 2)(fd, PROG_INFO_SIZE)
+        ctypes.memmove(attr, head, 8)
+        ctypes.memmove(ctypes.addressof(attr) + 8,
+                       ctypes.byref(ctypes.c_uint64(ctypes.addressof(info))), 8)
+        _bpf(BPF_OBJ_GET_INFO_BY_FD, attr)
+    finally:
+        os.close(fd)
+    run_ns = int.from_bytes(info.raw[PROG_INFO_RUN_TIME_NS:PROG_INFO_RUN_TIME_NS + 8], "little")
+    cnt = int.from_bytes(info.raw[PROG_INFO_RUN_CNT:PROG_INFO_RUN_CNT + 8], "little")
+    return run_ns, cnt
