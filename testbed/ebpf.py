@@ -37,7 +37,7 @@ from tools.errors import UserError
 BPF_DIR = Path(__file__).resolve().parent / "bpf"
 OBJ = BPF_DIR / "port.o"
 NO_THRESHOLD = 0xFFFFFFFF
-CFG = struct.Struct("<IIQIIIIII")
+CFG = struct.Struct("<IIQIIIIIIII")
 QUEUE = struct.Struct("<IIQQQ")
 COUNTERS = ("rx", "sent", "trimmed", "marked", "dropped", "lost", "blackholed", "tx_errors",
             "not_trimmable")
@@ -46,8 +46,7 @@ SETTABLE = ("rate_bps", "buffer", "delay", "loss", "trim", "ecn", "last_hop", "d
 #: HTB may send this much ahead (seconds of tokens at the port rate) after its
 #: timer fired late, so a busy machine does not lower the average rate.
 HTB_BURST_S = 0.002
-#: Packets HTB's leaf FIFOs hold: more than any buffer, so only the program drops.
-HTB_FIFO = 100_000
+CTRL_HEADROOM = 64 * 1024
 BPFFS_MAGIC = 0xCAFE4A11
 _probe_cache: dict[str, tuple[bool, str]] = {}
 
@@ -143,25 +142,37 @@ def _tc_env(pin: Path) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------ one plane
-def port_cfg(settings: dict[str, Any], out_idx: int, slot: int) -> bytes:
+def htb_burst(rate_bps: int, mtu: int) -> int:
+    """Bytes HTB may send ahead of its rate (at least a few frames)."""
+    return max(4 * (mtu + 14), int(rate_bps / 8 * HTB_BURST_S))
+
+
+def port_cfg(settings: dict[str, Any], out_idx: int, slot: int, mtu: int = 1500) -> bytes:
     def thr(v: int | None) -> int:
         return NO_THRESHOLD if v is None else min(int(v), NO_THRESHOLD - 1)
 
     loss = float(settings.get("loss") or 0.0)
     loss_u32 = 0 if loss <= 0 else min(int(loss * 2**32), NO_THRESHOLD)
-    return CFG.pack(out_idx, slot, int(settings.get("rate_bps") or 0),
+    rate = int(settings.get("rate_bps") or 0)
+    burst_ns = htb_burst(rate, mtu) * 8 * 10**9 // rate if rate else 0
+    return CFG.pack(out_idx, slot, rate,
                     min(int(settings.get("buffer", 256 * 1024)), NO_THRESHOLD - 1),
                     thr(settings.get("trim")), thr(settings.get("ecn")), loss_u32,
-                    int(bool(settings.get("last_hop"))), int(bool(settings.get("down"))))
+                    int(bool(settings.get("last_hop"))), int(bool(settings.get("down"))),
+                    min(burst_ns, NO_THRESHOLD), 0)
 
 
-def htb_commands(dev: str, rate_bps: int, mtu: int, replace: bool = False) -> list[str]:
-    """tc batch lines shaping ``dev`` at ``rate_bps``, control class first."""
+def htb_commands(dev: str, rate_bps: int, mtu: int, replace: bool = False,
+                 buffer: int = 256 * 1024) -> list[str]:
+    """tc batch lines shaping ``dev`` at ``rate_bps``, control class first. The
+    FIFOs only catch HTB falling far behind the virtual queue (a starved timer):
+    twice the port buffer each."""
+    limit = 2 * buffer + 2 * CTRL_HEADROOM
     cmds = [f"qdisc del dev {dev} root"] if replace else []
     if rate_bps <= 0:
         return cmds
     frame = mtu + 14
-    burst = max(4 * frame, int(rate_bps / 8 * HTB_BURST_S))
+    burst = htb_burst(rate_bps, mtu)
     floor = max(rate_bps // 100, 8000)
     q = f"quantum {frame}"
     cmds += [
@@ -172,8 +183,8 @@ def htb_commands(dev: str, rate_bps: int, mtu: int, replace: bool = False) -> li
         f"ceil {rate_bps}bit burst {burst} cburst {burst} prio 0 {q}",
         f"class add dev {dev} parent 1:1 classid 1:20 htb rate {floor}bit "
         f"ceil {rate_bps}bit burst {burst} cburst {burst} prio 1 {q}",
-        f"qdisc add dev {dev} parent 1:10 handle 10: pfifo limit {HTB_FIFO}",
-        f"qdisc add dev {dev} parent 1:20 handle 20: pfifo limit {HTB_FIFO}",
+        f"qdisc add dev {dev} parent 1:10 handle 10: bfifo limit {limit}",
+        f"qdisc add dev {dev} parent 1:20 handle 20: bfifo limit {limit}",
     ]
     return cmds
 
@@ -211,7 +222,8 @@ class EbpfPlane:
                     "settings": settings}
                 lines += [f"qdisc add dev {in_if} clsact",
                           f"filter add dev {in_if} ingress bpf da obj {OBJ} sec tc"]
-                lines += htb_commands(out_if, int(settings.get("rate_bps") or 0), lk["mtu"])
+                lines += htb_commands(out_if, int(settings.get("rate_bps") or 0), lk["mtu"],
+                                      buffer=int(settings.get("buffer") or 256 * 1024))
         self.pin.mkdir(parents=True, exist_ok=True)
         self._tc(lines)
         self.layout_path.parent.mkdir(exist_ok=True)
@@ -219,7 +231,7 @@ class EbpfPlane:
         with self._map("braid_cfg", CFG.size) as cfg:
             for p in ports.values():
                 cfg.update(struct.pack("<I", p["in_idx"]),
-                           port_cfg(p["settings"], p["out_idx"], p["slot"]))
+                           port_cfg(p["settings"], p["out_idx"], p["slot"], p["mtu"]))
 
     def _tc(self, lines: list[str]) -> None:
         tc = tc_binary() or "tc"
@@ -277,10 +289,11 @@ class EbpfPlane:
                 old_rate = int(p["settings"].get("rate_bps") or 0)
                 p["settings"].update({k: v for k, v in changes.items() if k != "delay"})
                 new_rate = int(p["settings"].get("rate_bps") or 0)
-                if new_rate != old_rate:
-                    reshape += htb_commands(p["out_if"], new_rate, p["mtu"], replace=True)
+                if new_rate != old_rate or "buffer" in changes:
+                    reshape += htb_commands(p["out_if"], new_rate, p["mtu"], replace=True,
+                                            buffer=int(p["settings"].get("buffer") or 0))
                 cfg.update(struct.pack("<I", p["in_idx"]),
-                           port_cfg(p["settings"], p["out_idx"], p["slot"]))
+                           port_cfg(p["settings"], p["out_idx"], p["slot"], p["mtu"]))
         if reshape:
             self._tc(reshape)
         self._save(data)

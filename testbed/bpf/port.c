@@ -7,9 +7,12 @@
  * the other end, where an HTB qdisc sends it at the port rate: control
  * (classid 1:10, prio 0) before data (1:20, prio 1).
  *
- * The virtual queue (one per port, in queue_map, under a bpf_spin_lock) keeps
- * two "empties at" times in ns of bpf_ktime_get_ns(): the whole queue and the
- * control class. The data bytes queued are (all - max(ctrl, now)) * rate.
+ * The virtual queue (one per port, in braid_queue, under a bpf_spin_lock)
+ * keeps two "empties at" times in ns of bpf_ktime_get_ns(): the whole queue
+ * and the control class. The data bytes queued are (all - max(ctrl, now)) *
+ * rate. Like HTB's token bucket, an idle port banks up to `burst_ns` of
+ * sending time (the times may lag `now` by that much), so the virtual queue
+ * and HTB's real one stay equal instead of differing by HTB's burst.
  * Decisions follow testbed/element.py: control (DSCP CONTROL/TRIMMED/
  * TRIMMED_LAST_HOP, non-IP, ICMPv6) is never trimmed and has 64 KB headroom
  * above the buffer; a Braid DATA datagram arriving while the data queue holds
@@ -59,6 +62,8 @@ struct port_cfg {
 	__u32 loss;        /* drop probability * 2^32 (saturating) */
 	__u32 last_hop;
 	__u32 down;
+	__u32 burst_ns; /* HTB's burst at the port rate: how far it may run ahead */
+	__u32 pad;
 };
 
 struct port_queue {
@@ -200,7 +205,7 @@ int braid_port(struct __sk_buff *skb)
 	__u32 len = skb->len, l3 = sizeof(struct ethhdr), ihl = 0, slot;
 	int control = 1, v6 = 0, braid = 0, ect = 0, trim = 0, mark = 0;
 	__u32 cut = 0;
-	__u64 now, tx, depth_all, depth_data;
+	__u64 now, floor, head, tx, depth_all, depth_data;
 
 	if (!cfg)
 		return TC_ACT_OK; /* not one of ours */
@@ -285,13 +290,15 @@ int braid_port(struct __sk_buff *skb)
 classified:
 
 	now = bpf_ktime_get_ns(); /* before the lock */
+	floor = now > cfg->burst_ns ? now - cfg->burst_ns : 0;
 	bpf_spin_lock(&q->lock);
-	if (q->all_until < now)
-		q->all_until = now;
-	if (q->ctrl_until < now)
-		q->ctrl_until = now;
-	depth_all = ns_to_bytes(q->all_until - now, cfg->rate_bps);
-	depth_data = ns_to_bytes(q->all_until - q->ctrl_until, cfg->rate_bps);
+	if (q->all_until < floor)
+		q->all_until = floor;
+	if (q->ctrl_until < floor)
+		q->ctrl_until = floor;
+	head = q->ctrl_until > now ? q->ctrl_until : now;
+	depth_all = q->all_until > now ? ns_to_bytes(q->all_until - now, cfg->rate_bps) : 0;
+	depth_data = q->all_until > head ? ns_to_bytes(q->all_until - head, cfg->rate_bps) : 0;
 	if (control) {
 		if (depth_all + len > (__u64)cfg->buffer + CTRL_HEADROOM) {
 			bpf_spin_unlock(&q->lock);
@@ -314,7 +321,7 @@ classified:
 	q->all_until += tx;
 	if (control)
 		q->ctrl_until += tx;
-	depth_all += len;
+	depth_all = q->all_until > now ? ns_to_bytes(q->all_until - now, cfg->rate_bps) : 0;
 	if (depth_all > q->max_depth)
 		q->max_depth = depth_all;
 	bpf_spin_unlock(&q->lock);

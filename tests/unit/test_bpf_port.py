@@ -88,9 +88,11 @@ def test_struct_layouts_match() -> None:
 def test_port_cfg_encoding() -> None:
     raw = ebpf.port_cfg({"rate_bps": 10**8, "buffer": 262144, "trim": 32768, "ecn": None,
                          "loss": 0.25, "last_hop": True, "down": False}, out_idx=7, slot=3)
-    out, slot, rate, buf, trim, ecn, loss, last_hop, down = ebpf.CFG.unpack(raw)
+    out, slot, rate, buf, trim, ecn, loss, last_hop, down, burst_ns, _ = ebpf.CFG.unpack(raw)
     assert (out, slot, rate, buf, trim, ecn) == (7, 3, 10**8, 262144, 32768, ebpf.NO_THRESHOLD)
     assert loss == 2**30 and (last_hop, down) == (1, 0)
+    # the virtual queue banks as much sending time as HTB's burst: 2 ms at 100 Mbit/s
+    assert burst_ns == ebpf.htb_burst(10**8, 1500) * 8 * 10**9 // 10**8 == 2_000_000
     full = ebpf.CFG.unpack(ebpf.port_cfg({"loss": 1.0}, 1, 0))
     assert full[6] == ebpf.NO_THRESHOLD  # 100% loss saturates instead of wrapping to 0
 
