@@ -221,6 +221,10 @@ def overload(tb: Testbed, seconds: float, factor: float = 2.0) -> dict[str, Any]
             "port_rx": rx, "trimmed": trimmed, "dropped": s1["dropped"] - s0["dropped"],
             "trim_fraction": round(trimmed / rx, 4) if rx else None,
             "trim_theory": round(1 - 1 / measured_factor, 4) if measured_factor > 1 else 0.0,
+            # the trimmed headers use link capacity too: (1 - 1/overload) / (1 - H/D)
+            "trim_theory_with_headers": round((1 - 1 / measured_factor)
+                                              / (1 - (56 + FRAME_OVERHEAD) / frame), 4)
+            if measured_factor > 1 else 0.0,
             "control": res["control"], "data": res["data"],
             "data_p50_over_K_R": round(res["data"]["p50_us"] / k_over_r_us, 3)}
 

@@ -69,9 +69,10 @@ def run(args: argparse.Namespace) -> int:
                 + [_f(res[k]["overload"]["data_p50_over_K_R"], "{:.2f}") for k in res])
     rows.append(["overload measured at the port"]
                 + [_f(res[k]["overload"]["offered_factor"], "{:.2f}x") for k in res])
-    rows.append(["trim fraction (theory 1 - 1/overload)"]
+    rows.append(["trim fraction (theory 1 - 1/overload; with header bytes)"]
                 + [f"{res[k]['overload']['trim_fraction']:.3f} "
-                   f"({res[k]['overload']['trim_theory']:.3f})" for k in res])
+                   f"({res[k]['overload']['trim_theory']:.3f}; "
+                   f"{res[k]['overload']['trim_theory_with_headers']:.3f})" for k in res])
     print(text_table(header, rows))
     r = data["ratios"]
     ratio_txt = (f"userspace CPU per packet / eBPF: {r['userspace_cpu_per_packet_over_ebpf'][0]}x "
