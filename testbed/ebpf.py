@@ -302,6 +302,13 @@ class EbpfPlane:
     # -- counters ----------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per port: the userspace element's counter names plus the live settings."""
+        try:
+            return self._stats()
+        except OSError as exc:
+            raise UserError(f"eBPF port of plane {self.plane}: reading counters: {exc}"
+                            ) from None
+
+    def _stats(self) -> dict[str, dict[str, Any]]:
         data = self._load()
         out: dict[str, dict[str, Any]] = {}
         now = time.monotonic_ns()
