@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     header = ["", "eBPF port", "userspace"]
     rows: list[list[str]] = []
     for i, size in enumerate((100, 1400)):
-        rows.append([f"forwarded pkt/s, {size} B (offered by Python senders)"]
+        rows.append([f"forwarded pkt/s, {size} B "
+                     f"({res['ebpf']['throughput'][i]['sender']} senders)"]
                     + [_f(res[k]["throughput"][i]["forwarded_pps"]) for k in res])
         rows.append([f"  kernel drops before the element, {size} B"]
                     + [_f(res[k]["throughput"][i]["rx_overflow"]) for k in res])
