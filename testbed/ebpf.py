@@ -178,7 +178,7 @@ def htb_commands(dev: str, rate_bps: int, mtu: int, replace: bool = False,
     cmds += [
         f"qdisc add dev {dev} root handle 1: htb default 20",
         f"class add dev {dev} parent 1: classid 1:1 htb rate {rate_bps}bit "
-        f"ceil {rate_bps}bit burst {burst} cburst {burst}",
+        f"ceil {rate_bps}bit burst {burst} cburst {burst} {q}",
         f"class add dev {dev} parent 1:1 classid 1:10 htb rate {rate_bps}bit "
         f"ceil {rate_bps}bit burst {burst} cburst {burst} prio 0 {q}",
         f"class add dev {dev} parent 1:1 classid 1:20 htb rate {floor}bit "
@@ -240,9 +240,9 @@ class EbpfPlane:
         errors = [ln for ln in r.stderr.splitlines()
                   if ln.strip() and "Cannot delete qdisc with handle of zero" not in ln
                   and "Cannot find specified qdisc" not in ln
-                  and not ln.startswith("Command failed -:")]
+                  and not ln.startswith(("Command failed -:", "Warning:"))]
         if r.returncode != 0 and errors:
-            raise UserError(f"tc in {self.ns} failed: {errors[-1]}")
+            raise UserError(f"tc in {self.ns} failed: {errors[0]}")
 
     def _map(self, name: str, size: int, per_cpu: bool = False) -> Map:
         try:

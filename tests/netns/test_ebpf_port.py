@@ -141,3 +141,37 @@ def test_failed_attach_unmounts_the_pins(run_root: Path, unique_name: str,
     assert not _mounted(run_root / unique_name / "bpf")
     assert not (run_root / unique_name).exists()
     assert not {n for n in ns_list() if n.startswith(f"br{unique_name}-")}
+
+
+def _htb_rates(tb: Testbed, plane: int, dev: str) -> dict[str, str]:
+    import re
+
+    r = subprocess.run(["nsenter", f"--net=/run/netns/{tb.prefix}p{plane}-w", "tc", "class",
+                        "show", "dev", dev], capture_output=True, text=True, timeout=30)
+    return dict(re.findall(r"class htb (\S+) .*? rate (\S+)", r.stdout))
+
+
+def test_rate_fault_reshapes_and_heal_restores(make_testbed: Any) -> None:
+    tb = make_testbed({"hosts": 2, "planes": 1,
+                       "link": {"element": True, "h1:p0": {"down": {"rate": "50mbit"}}}})
+    wa, _wb = tb.wire_ifnames(tb.topo.link("h1:p0"))  # the down port leaves by wa
+    assert _htb_rates(tb, 0, wa)["1:1"] == "50Mbit"
+    tb.fault("link h1:p0 rate 10mbit down")
+    assert _htb_rates(tb, 0, wa)["1:1"] == "10Mbit"
+    assert tb.port_stats()["h1:p0/down"]["rate_bps"] == 10_000_000
+    wa0, _ = tb.wire_ifnames(tb.topo.link("h0:p0"))
+    assert _htb_rates(tb, 0, wa0) == {}  # unshaped: no HTB at all
+    tb.fault("link h0:p0 rate 20mbit down")
+    assert _htb_rates(tb, 0, wa0)["1:1"] == "20Mbit"
+    tb.fault("link h1:p0 heal")
+    tb.fault("link h0:p0 heal")
+    assert _htb_rates(tb, 0, wa)["1:1"] == "50Mbit" and _htb_rates(tb, 0, wa0) == {}
+    rx = _recv(tb, "h1", 20)  # still forwarding after all that
+    try:
+        tb.exec("h0", udptool("send", "--to", tb.address("h1", 0), "--count", "20"),
+                check=True, capture_output=True)
+        assert json.loads(rx.communicate(timeout=15)[0])["packets"] == 20
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait()
