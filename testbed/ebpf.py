@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import nsutil
-from testbed.bpfsys import Map, prog_exists
+from testbed.bpfsys import Map
 from tools.errors import UserError
 
 BPF_DIR = Path(__file__).resolve().parent / "bpf"
@@ -344,7 +344,3 @@ class EbpfPlane:
                     if pid:
                         ids.append(int(pid))
         return ids
-
-
-def progs_alive(ids: list[int]) -> list[int]:
-    return [i for i in ids if prog_exists(i)]
