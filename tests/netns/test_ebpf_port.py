@@ -42,7 +42,9 @@ def _recv(tb: Testbed, dst: str, count: int) -> subprocess.Popen[str]:
 def test_jumbo_frames_are_trimmed_to_valid_headers(make_testbed: Any) -> None:
     tb = make_testbed({"hosts": 2, "planes": 1,
                        "link": {"mtu": 9000, "element": True,
-                                "h1:p0": {"down": {"rate": "100mbit", "trim": "64KB",
+                                # slow enough that a Python sender on a busy machine
+                                # (~60 Mbit/s of jumbo datagrams) still overloads it
+                                "h1:p0": {"down": {"rate": "10mbit", "trim": "64KB",
                                                    "buffer": "512KB"}}}})
     assert tb.element_kind("h1:p0") == "ebpf"
     rx = _recv(tb, "h1", 300)
@@ -55,7 +57,7 @@ def test_jumbo_frames_are_trimmed_to_valid_headers(make_testbed: Any) -> None:
             rx.kill()
             rx.wait()
     st = tb.port_stats()["h1:p0/down"]
-    assert st["trimmed"] > 0 and st["tx_errors"] == 0
+    assert st["trimmed"] > 0 and st["tx_errors"] == 0, (json.dumps(st), out)
     assert out["sizes"].get(str(HEADER_LEN), 0) == st["trimmed"], out
     assert out["sizes"].get("8900", 0) > 0, out
     assert out["tos"].get(str(Dscp.TRIMMED_LAST_HOP << 2), 0) == st["trimmed"]
