@@ -76,6 +76,10 @@ def cmd_up(a: argparse.Namespace) -> int:
     tb = Testbed.up(a.file, name=a.name, element=a.element)
     print(f"testbed {tb.name} up: {len(tb.hosts)} hosts x {len(tb.planes)} planes "
           f"({tb.topo.kind}), run dir {tb.run_dir}")
+    kinds = list((tb.state.data.get("element_kinds") or {}).values())
+    if kinds:
+        print("  link elements: " + ", ".join(f"{k} on {kinds.count(k)} link(s)"
+                                              for k in sorted(set(kinds))))
     print(f"  host i plane p = 10.p.i.2, e.g. h0 plane 0 = {tb.address(0, 0)}")
     print(f"  run: braid testbed exec --name {tb.name} h0 -- CMD")
     return 0
