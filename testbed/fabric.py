@@ -11,8 +11,8 @@ Per testbed (prefix ``br<name>-``):
   the spine;
 * per plane with link elements a "wire" namespace (``brNAME-p0-w``) holding
   both veth ends of every element link, bridged by the eBPF port
-  (``testbed.ebpf``, the default) or, for links that need propagation delay,
-  ask for it, or where eBPF cannot load, by one userspace element process
+  (``testbed.ebpf``, the default) or — for links that need propagation delay
+  or ask for it, or where eBPF cannot load — by one userspace element process
   (``testbed.element``) per plane.
 
 Links without an element are plain veth pairs shaped by tc tbf (via pyroute2)
@@ -125,8 +125,9 @@ class Testbed:
                 raise UserError(f"testbed {name!r} is already up ({old.run_dir}); "
                                 f"run 'braid testbed down --name {name}' first")
             _teardown(old)
+        kinds = _element_kinds(topo, element)
         state = RunState.create(run_root, name, spec)
-        state.set(netem=netem, element_kinds=_element_kinds(topo, element))
+        state.set(netem=netem, element_kinds=kinds)
         tb = cls(topo, state)
         try:
             tb._build()

@@ -81,6 +81,7 @@ def test_forcing_ebpf_on_a_delayed_link_is_an_error(run_root: Path, unique_name:
     with pytest.raises(UserError, match="propagation delay"):
         Testbed.up(spec, name=unique_name, run_root=run_root)
     assert not {n for n in ns_list() if n.startswith(f"br{unique_name}-")}
+    assert not (run_root / unique_name).exists()  # refused before anything was made
 
 
 def test_falls_back_to_userspace_in_one_line(make_testbed: Any, monkeypatch: pytest.MonkeyPatch,
