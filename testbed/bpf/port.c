@@ -203,7 +203,7 @@ int braid_port(struct __sk_buff *skb)
 	void *data, *data_end;
 	struct ethhdr *eth;
 	__u32 len = skb->len, l3 = sizeof(struct ethhdr), ihl = 0, slot;
-	int control = 1, v6 = 0, braid = 0, ect = 0, trim = 0, mark = 0;
+	int control = 1, v6 = 0, braid = 0, ect = 0, trim = 0, want_trim = 0, mark = 0;
 	__u32 cut = 0;
 	__u64 now, floor, head, tx, depth_all, depth_data;
 
@@ -305,8 +305,8 @@ classified:
 			cnt->dropped++;
 			return TC_ACT_SHOT;
 		}
-	} else if (cfg->trim != NO_THRESHOLD && depth_data + len > cfg->trim && braid &&
-		   8 + cut <= MAX_KEEP) {
+	} else if ((want_trim = cfg->trim != NO_THRESHOLD && depth_data + len > cfg->trim &&
+				braid) && 8 + cut <= MAX_KEEP) {
 		trim = 1;
 		len = l3 + ihl + 8 + cut;
 		control = 1;
@@ -326,8 +326,8 @@ classified:
 		q->max_depth = depth_all;
 	bpf_spin_unlock(&q->lock);
 
-	if (!control && braid && cfg->trim != NO_THRESHOLD && 8 + cut > MAX_KEEP)
-		cnt->not_trimmable++;
+	if (want_trim && !trim)
+		cnt->not_trimmable++; /* trim point beyond MAX_KEEP: queued whole */
 
 	if (trim) {
 		__u8 dscp = cfg->last_hop ? DSCP_TRIMMED_LAST_HOP : DSCP_TRIMMED;
