@@ -15,7 +15,7 @@ say() { printf '[setup] %s\n' "$*" >&2; }
 # command -> Debian package
 declare -A NEED=(
   [ip]=iproute2 [tc]=iproute2 [tcpdump]=tcpdump [tshark]=tshark [ethtool]=ethtool
-  [iptables]=iptables [ps]=procps [modprobe]=kmod
+  [iptables]=iptables [ps]=procps [modprobe]=kmod [mount]=mount
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
@@ -33,6 +33,12 @@ if ((${#missing[@]})); then
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${uniq[@]}" >/dev/null
+fi
+
+# The testbed's eBPF switch port is loaded by tc (iproute2 built with libbpf, as
+# Debian 12's is); clang/libbpf-dev are needed only to rebuild testbed/bpf/port.o.
+if command -v tc >/dev/null 2>&1 && ! tc -V 2>/dev/null | grep -q libbpf; then
+  say "note: this tc is built without libbpf: the testbed will use the userspace link element"
 fi
 
 # -- Python ------------------------------------------------------------------

@@ -23,6 +23,9 @@ def register(subparsers: Any) -> None:
     up = sub.add_parser("up", help="build a fabric from a topology TOML file")
     up.add_argument("file")
     up.add_argument("--name", help="testbed name (default: from the file)")
+    up.add_argument("--element", choices=("ebpf", "userspace"), default=None,
+                    help="link element for links that do not name one (default: the eBPF "
+                         "port, the userspace element where a link needs delay)")
     up.set_defaults(func=cmd_up)
 
     dn = sub.add_parser("down", help="remove a testbed (idempotent, works after a crash)")
@@ -71,9 +74,13 @@ def _default_name(name: str | None) -> str:
 def cmd_up(a: argparse.Namespace) -> int:
     from testbed.fabric import Testbed
 
-    tb = Testbed.up(a.file, name=a.name)
+    tb = Testbed.up(a.file, name=a.name, element=a.element)
     print(f"testbed {tb.name} up: {len(tb.hosts)} hosts x {len(tb.planes)} planes "
           f"({tb.topo.kind}), run dir {tb.run_dir}")
+    kinds = list((tb.state.data.get("element_kinds") or {}).values())
+    if kinds:
+        print("  link elements: " + ", ".join(f"{k} on {kinds.count(k)} link(s)"
+                                              for k in sorted(set(kinds))))
     print(f"  host i plane p = 10.p.i.2, e.g. h0 plane 0 = {tb.address(0, 0)}")
     print(f"  run: braid testbed exec --name {tb.name} h0 -- CMD")
     return 0
@@ -123,12 +130,13 @@ def cmd_status(a: argparse.Namespace) -> int:
                 print(f"  WARNING: the link element of plane {plane} is not running "
                       f"(see {tb.element_files(plane)['log']}); its counters are stale")
         if stats:
-            print(f"  {'port':18} {'state':9} {'rx':>8} {'enq':>8} {'trim':>7} {'mark':>7} "
-                  f"{'drop':>7} {'lost':>7} {'maxdepth':>9}")
+            print(f"  {'port':18} {'element':9} {'state':9} {'rx':>8} {'fwd':>8} {'trim':>7} "
+                  f"{'mark':>7} {'drop':>7} {'lost':>7} {'blackh':>7} {'maxdepth':>9}")
         for port, s in stats.items():
             state = "down" if s["down"] else ("lossy" if s["loss"] else "up")
-            print(f"  {port:18} {state:9} {s['rx']:8} {s['enqueued']:8} {s['trimmed']:7} "
-                  f"{s['marked']:7} {s['dropped']:7} {s['lost']:7} {s['max_depth']:9}")
+            print(f"  {port:18} {s.get('element', 'userspace'):9} {state:9} {s['rx']:8} "
+                  f"{s['sent']:8} {s['trimmed']:7} {s['marked']:7} {s['dropped']:7} "
+                  f"{s['lost']:7} {s['blackholed']:7} {s['max_depth']:9}")
     return 0
 
 

@@ -321,7 +321,8 @@ class Element:
                 _packets, drops = struct.unpack(
                     "II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
                 port.c["rx_overflow"] += drops
-        ports = {name: {**p.c, **p.settings(), "depth": p.data_bytes + p.ctrl_bytes}
+        ports = {name: {**p.c, **p.settings(), "depth": p.data_bytes + p.ctrl_bytes,
+                        "element": "userspace"}
                  for name, p in self.ports.items()}
         tmp = self.stats_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"pid": os.getpid(), "time": time.time(),

@@ -10,8 +10,10 @@ Per testbed (prefix ``br<name>-``):
   (``fib_multipath_hash_policy=1``), so a UDP source port (Braid's EV) picks
   the spine;
 * per plane with link elements a "wire" namespace (``brNAME-p0-w``) holding
-  both veth ends of every element link and one element process
-  (``testbed.element``) bridging them.
+  both veth ends of every element link, bridged by the eBPF port
+  (``testbed.ebpf``, the default) or — for links that need propagation delay
+  or ask for it, or where eBPF cannot load — by one userspace element process
+  (``testbed.element``) per plane.
 
 Links without an element are plain veth pairs shaped by tc tbf (via pyroute2)
 on both ends; with an element the element's emulated queue shapes them.
@@ -33,9 +35,11 @@ from pyroute2 import NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed import nsutil
+from testbed.ebpf import EbpfPlane, ebpf_available, mount_bpffs, umount_bpffs
 from testbed.errors import TestbedError
 from testbed.state import DEFAULT_RUN_ROOT, RunState, check_name, prefix_for
 from testbed.topology import (
+    ELEMENT_KINDS,
     LinkSpec,
     PortConfig,
     Topology,
@@ -91,8 +95,14 @@ class Testbed:
     # ------------------------------------------------------------------ API
     @classmethod
     def up(cls, path_or_spec: str | Path | dict[str, Any], name: str | None = None,
-           run_root: Path = DEFAULT_RUN_ROOT) -> Testbed:
-        """Build the fabric described by a topology file or dict; return it live."""
+           run_root: Path = DEFAULT_RUN_ROOT, element: str | None = None) -> Testbed:
+        """Build the fabric described by a topology file or dict; return it live.
+
+        ``element``: "ebpf" or "userspace" forces the link element of every
+        element link that does not name one itself; None picks the eBPF port
+        where it can run (no propagation delay on the link)."""
+        if element not in (None, "auto", *ELEMENT_KINDS):
+            raise TestbedError(f"element must be 'ebpf' or 'userspace', got {element!r}")
         if os.geteuid() != 0:
             raise TestbedError("the testbed needs root (network namespaces)")
         netem, _why = netem_available()
@@ -115,8 +125,9 @@ class Testbed:
                 raise TestbedError(f"testbed {name!r} is already up ({old.run_dir}); "
                                 f"run 'braid testbed down --name {name}' first")
             _teardown(old)
+        kinds = _element_kinds(topo, element)
         state = RunState.create(run_root, name, spec)
-        state.set(netem=netem)
+        state.set(netem=netem, element_kinds=kinds)
         tb = cls(topo, state)
         try:
             tb._build()
@@ -184,14 +195,30 @@ class Testbed:
         return nsutil.run(self.netns(host), argv, **run_kw)
 
     def port_stats(self) -> dict[str, dict[str, Any]]:
-        """Per element port ('h3:p1/down') counters and settings, from the stats files."""
+        """Per element port ('h3:p1/down') counters and settings: the userspace
+        elements' stats files and the eBPF ports' maps."""
         out: dict[str, dict[str, Any]] = {}
         for f in sorted((self.run_dir / "elements").glob("*.stats.json")):
             try:
                 out.update(json.loads(f.read_text())["ports"])
             except (OSError, ValueError, KeyError):
                 continue
-        return out
+        for plane in self.ebpf_planes():
+            with suppress(TestbedError):
+                out.update(self.ebpf(plane).stats())
+        return dict(sorted(out.items()))
+
+    def element_kind(self, link: str) -> str:
+        """'ebpf' or 'userspace' for an element link, '' for a plain one."""
+        kinds: dict[str, str] = self.state.data.get("element_kinds") or {}
+        return kinds.get(link, "")
+
+    def ebpf_planes(self) -> list[int]:
+        return sorted({lk.plane for lk in self.topo.links
+                       if lk.element and self.element_kind(lk.name) == "ebpf"})
+
+    def ebpf(self, plane: int) -> EbpfPlane:
+        return EbpfPlane(self.run_dir, plane, self.prefix + self.wire_node(plane))
 
     def elements_alive(self) -> dict[int, bool]:
         """Plane -> is its link element process running."""
@@ -276,8 +303,12 @@ class Testbed:
         for link in topo.links:
             self._build_link(link)
         self._routes()
+        for p in self.ebpf_planes():
+            self._attach_ebpf(p)
         # Start every plane's element first, then wait: each takes ~0.5 s to import.
-        started = [(p, self._start_element(p)) for p in wires]
+        userspace = sorted({lk.plane for lk in topo.links
+                            if lk.element and self.element_kind(lk.name) == "userspace"})
+        started = [(p, self._start_element(p)) for p in userspace]
         deadline = time.monotonic() + 15
         for p, proc in started:
             files = self.element_files(p)
@@ -405,12 +436,26 @@ class Testbed:
         return {"spec": d / f"p{plane}.spec.json", "stats": d / f"p{plane}.stats.json",
                 "ctl": d / f"p{plane}.sock", "log": d / f"p{plane}.log"}
 
+    def _attach_ebpf(self, plane: int) -> None:
+        pin_root = self.run_dir / "bpf"
+        if not any(o.get("path") == str(pin_root) for o in self.state.objects("bpffs")):
+            self.state.record(type="bpffs", path=str(pin_root))
+            mount_bpffs(pin_root)
+        links = []
+        for link in self.topo.links:
+            if link.element and link.plane == plane and self.element_kind(link.name) == "ebpf":
+                wa, wb = self.wire_ifnames(link)
+                links.append({"name": link.name, "a_if": wa, "b_if": wb, "mtu": link.mtu,
+                              "up": link.up.to_dict(), "down": link.down.to_dict()})
+        self.ebpf(plane).attach(links)
+
     def _start_element(self, plane: int) -> subprocess.Popen[bytes]:
         files = self.element_files(plane)
         files["spec"].parent.mkdir(exist_ok=True)
         links = []
         for link in self.topo.links:
-            if link.element and link.plane == plane:
+            if link.element and link.plane == plane \
+                    and self.element_kind(link.name) == "userspace":
                 wa, wb = self.wire_ifnames(link)
                 links.append({"name": link.name, "a_if": wa, "b_if": wb,
                               "up": link.up.to_dict(), "down": link.down.to_dict()})
@@ -429,6 +474,36 @@ class Testbed:
         return proc
 
 
+def _element_kinds(topo: Topology, default: str | None) -> dict[str, str]:
+    """Link name -> 'ebpf' | 'userspace' for every element link.
+
+    A link's own ``element = "..."`` wins, then ``default``; otherwise the eBPF
+    port, except on links with propagation delay (the kernel here cannot delay
+    without sch_netem) or where the eBPF port cannot load (said in one line)."""
+    kinds: dict[str, str] = {}
+    for lk in topo.links:
+        if not lk.element:
+            continue
+        kind = lk.element_kind if lk.element_kind != "auto" else (default or "auto")
+        delayed = bool(lk.up.delay or lk.down.delay)
+        if kind == "ebpf" and delayed:
+            raise TestbedError(f"link {lk.name}: the eBPF port cannot add propagation delay "
+                            "(no sch_netem here): use element = \"userspace\" or no delay")
+        if kind == "auto":
+            kind = "userspace" if delayed else "ebpf"
+        kinds[lk.name] = kind
+    if "ebpf" in kinds.values():
+        ok, why = ebpf_available()
+        if not ok:
+            forced = default == "ebpf"
+            if forced:
+                raise TestbedError(f"the eBPF port cannot run here: {why}")
+            print(f"testbed: eBPF port unavailable ({why}); using the userspace element",
+                  file=sys.stderr)
+            kinds = {k: "userspace" for k in kinds}
+    return kinds
+
+
 def _teardown(state: RunState) -> None:
     """Kill recorded processes and anything in our namespaces, remove namespaces."""
     names = [o["name"] for o in state.objects("netns")]
@@ -444,6 +519,11 @@ def _teardown(state: RunState) -> None:
                 netns.remove(name)
             except OSError as exc:
                 raise TestbedError(f"cannot remove namespace {name}: {exc}") from None
+    # The namespaces took the veths and so the attached programs with them; the
+    # bpffs holds the pinned maps: unmounting it frees them.
+    for o in state.objects("bpffs"):
+        if Path(o["path"]).is_relative_to(state.run_dir):
+            umount_bpffs(Path(o["path"]))
     if not state.run_dir.exists():
         return  # already removed: down is idempotent
     state.set(status="down")

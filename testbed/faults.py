@@ -14,7 +14,8 @@ A timeline is either a TOML file (``events = ["at 2.0 plane 2 down", ...]`` or
 ``[[event]]`` tables with ``at`` and ``fault``) or a text file with one
 ``at TIME FAULT`` per line (``#`` comments). Errors name the line.
 
-``down`` on a link with an element blackholes both directions in the element;
+``down`` on a link with an element blackholes both directions in the element
+(the eBPF port or the userspace one; only the userspace one can ``delay``);
 on a plain veth it sets the core-side end (switch/spine) administratively down,
 so the other end loses carrier but — like a fabric whose routing has not
 converged — keeps hashing packets onto it. ``up`` undoes it; ``heal`` also
@@ -40,6 +41,7 @@ from testbed.units import parse_duration, parse_rate, parse_ratio
 if TYPE_CHECKING:
     import subprocess
 
+    from testbed.ebpf import EbpfPlane
     from testbed.topology import LinkSpec, Topology
 
 
@@ -52,6 +54,10 @@ class Testbed(Protocol):
     def netns(self, node: str | int) -> str: ...
 
     def element_files(self, plane: int) -> dict[str, Path]: ...
+
+    def element_kind(self, link: str) -> str: ...
+
+    def ebpf(self, plane: int) -> EbpfPlane: ...
 
 MAX_FLAP_TOGGLES = 10_000
 MAX_TIMELINE_SECONDS = 24 * 3600.0
@@ -237,11 +243,14 @@ def element_command(tb: Testbed, plane: int, req: dict[str, Any], timeout: float
 
 def set_ports(tb: Testbed, links: list[LinkSpec], direction: str, changes: dict[str, Any]
               ) -> None:
-    by_plane: dict[int, list[str]] = {}
+    by_plane: dict[tuple[int, str], list[str]] = {}
     for lk in links:
-        by_plane.setdefault(lk.plane, []).append(lk.name)
-    for plane, names in by_plane.items():
-        element_command(tb, plane, {"link": names, "dir": direction, "set": changes})
+        by_plane.setdefault((lk.plane, tb.element_kind(lk.name)), []).append(lk.name)
+    for (plane, kind), names in by_plane.items():
+        if kind == "ebpf":
+            tb.ebpf(plane).set(names, direction, changes)
+        else:
+            element_command(tb, plane, {"link": names, "dir": direction, "set": changes})
 
 
 def set_down(tb: Testbed, links: list[LinkSpec], down: bool) -> None:
@@ -266,8 +275,10 @@ def heal(tb: Testbed, links: list[LinkSpec]) -> None:
     for lk in links:
         if lk.element:
             for d, cfg in (("up", lk.up), ("down", lk.down)):
-                set_ports(tb, [lk], d, {"loss": cfg.loss, "delay": cfg.delay,
-                                        "rate_bps": cfg.rate_bps})
+                changes = {"loss": cfg.loss, "delay": cfg.delay, "rate_bps": cfg.rate_bps}
+                if tb.element_kind(lk.name) == "ebpf":
+                    del changes["delay"]  # it has none
+                set_ports(tb, [lk], d, changes)
 
 
 # -------------------------------------------------------------------- running

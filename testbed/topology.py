@@ -35,6 +35,8 @@ from testbed.units import parse_duration, parse_rate, parse_ratio, parse_size
 #: Keys that may appear at any level of [link] (defaults, class, one link, direction).
 PORT_KEYS = ("rate", "buffer", "delay", "loss", "trim", "ecn", "last_hop")
 LINK_KEYS = ("mtu", "element")
+#: element = "ebpf" | "userspace" picks the link element's implementation.
+ELEMENT_KINDS = ("ebpf", "userspace")
 LINK_CLASSES = ("host", "fabric")
 #: Link MTU when the topology does not say: 9000-byte (jumbo) frames, as AI
 #: fabrics run them (issue 14); ``mtu = 1500`` in [link] is the other option.
@@ -85,6 +87,8 @@ class LinkSpec:
     element: bool
     up: PortConfig
     down: PortConfig
+    #: "auto" (the eBPF port where it can, else userspace), "ebpf" or "userspace"
+    element_kind: str = "auto"
 
 
 @dataclass
@@ -212,9 +216,14 @@ def _link_overrides(ctx: _Ctx, table: Any, path: str, allow: tuple[str, ...]) ->
     if "mtu" in table:
         link["mtu"] = _int(ctx, table, "mtu", path, None, 576, 9000)
     if "element" in table:
-        if not isinstance(table["element"], bool):
-            raise ctx.error(path + "element", "expected true or false")
-        link["element"] = table["element"]
+        value = table["element"]
+        if isinstance(value, str) and value in ELEMENT_KINDS:
+            link["element"], link["element_kind"] = True, value
+        elif isinstance(value, bool):
+            link["element"] = value
+        else:
+            raise ctx.error(path + "element",
+                            f"expected true, false, \"ebpf\" or \"userspace\", got {value!r}")
     both = _port_overrides(ctx, table, path)
     dirs: dict[str, dict[str, Any]] = {}
     for d in DIRECTIONS:
@@ -294,7 +303,8 @@ def _build(ctx: _Ctx, data: dict[str, Any], netem: bool) -> Topology:
         raise ctx.error("link.fabric", "a single-switch plane has no fabric links")
 
     for name, (klass, plane, a, a_if, b, b_if) in names.items():
-        link_kw: dict[str, Any] = {"mtu": DEFAULT_LINK_MTU, "element": False}
+        link_kw: dict[str, Any] = {"mtu": DEFAULT_LINK_MTU, "element": False,
+                                   "element_kind": "auto"}
         dirs: dict[str, dict[str, Any]] = {
             "up": {}, "down": {"last_hop": klass == "host"}}
         layers = [(base_link, base_dirs), cls[klass]]
@@ -312,7 +322,7 @@ def _build(ctx: _Ctx, data: dict[str, Any], netem: bool) -> Topology:
         element = link_kw["element"] or up.needs_element(netem) or down.needs_element(netem)
         topo.links.append(LinkSpec(name=name, kind=klass, plane=plane, a=a, a_if=a_if, b=b,
                                    b_if=b_if, mtu=link_kw["mtu"], element=element,
-                                   up=up, down=down))
+                                   up=up, down=down, element_kind=link_kw["element_kind"]))
     return topo
 
 

@@ -26,6 +26,7 @@ from wire.constants import COMMON_HEADER_LEN, HEADER_TAG_LEN, UDP_PORT, VERSION,
 IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
 IPV6_RECVTCLASS = getattr(socket, "IPV6_RECVTCLASS", 66)
 IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 #: Header words used by crafted DATA datagrams (40-byte header + 16-byte tag kept on trim).
 CRAFT_HEADER_WORDS = 10
 
@@ -60,6 +61,8 @@ def cmd_send(a: argparse.Namespace) -> int:
     sent = errors = 0
     for n in range(a.count):
         data = braid_like_data(a.size, n) if a.braid else bytes(a.size)
+        if a.stamp:  # wall-clock send time for recv --delays (same machine, same clock)
+            data = struct.pack("!Q", time.time_ns()) + data[8:]
         try:
             socks[n % len(socks)].sendto(data, (a.to, a.port))
             sent += 1
@@ -83,7 +86,10 @@ def cmd_recv(a: argparse.Namespace) -> int:
         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         s.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
     s.bind(("::" if v6 and a.bind == "0.0.0.0" else a.bind, a.port))
+    if a.delays:
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.settimeout(a.idle)
+    delays: list[int] = []
     sizes: Counter[int] = Counter()
     toses: Counter[int] = Counter()
     sports: Counter[int] = Counter()
@@ -92,7 +98,7 @@ def cmd_recv(a: argparse.Namespace) -> int:
     deadline = time.monotonic() + a.timeout
     while packets < a.count and time.monotonic() < deadline:
         try:
-            data, anc, _flags, addr = s.recvmsg(65535, 64)
+            data, anc, _flags, addr = s.recvmsg(65535, 256)
         except TimeoutError:
             if packets:
                 break  # idle after traffic: the sender is done
@@ -105,10 +111,14 @@ def cmd_recv(a: argparse.Namespace) -> int:
             if (level == socket.IPPROTO_IP and typ in (IP_RECVTOS, socket.IP_TOS)) or (
                     level == socket.IPPROTO_IPV6 and typ == IPV6_TCLASS):
                 toses[val[0]] += 1  # TOS is one byte, TCLASS an int (low byte first)
+            elif level == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS and len(data) >= 8:
+                sec, nsec = struct.unpack("qq", val[:16])  # kernel receive time
+                delays.append(sec * 1_000_000_000 + nsec - struct.unpack("!Q", data[:8])[0])
     print(json.dumps({"packets": packets, "bytes": nbytes,
                       "sizes": {str(k): v for k, v in sizes.items()},
                       "tos": {str(k): v for k, v in toses.items()},
-                      "sports": {str(k): v for k, v in sports.items()}}), flush=True)
+                      "sports": {str(k): v for k, v in sports.items()},
+                      **({"delays_ns": delays} if a.delays else {})}), flush=True)
     return 0
 
 
@@ -123,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--count", type=int, default=1 << 30)
     r.add_argument("--timeout", type=float, default=10.0, help="overall limit, seconds")
     r.add_argument("--idle", type=float, default=1.0, help="stop after this idle time")
+    r.add_argument("--delays", action="store_true",
+                   help="report one-way delays (ns) of send --stamp datagrams: kernel "
+                        "receive time (SO_TIMESTAMPNS) minus the stamped send time")
     r.set_defaults(func=cmd_recv)
     s = sub.add_parser("send")
     s.add_argument("--to", required=True)
@@ -134,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--tos", default=None, help="IP TOS byte, e.g. 0x2a (DSCP DATA, ECT0)")
     s.add_argument("--pps", type=float, default=0.0, help="pace at this many packets/s")
     s.add_argument("--braid", action="store_true", help="send Braid-like DATA datagrams")
+    s.add_argument("--stamp", action="store_true",
+                   help="first 8 bytes: wall-clock send time in ns (for recv --delays)")
     s.set_defaults(func=cmd_send)
     a = p.parse_args(argv)
     return int(a.func(a))

@@ -43,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "OUT/<host>-p<P>.pcap (tcpdump, or the AF_PACKET writer) for "
                         "braid trace decode/stats/plot and Wireshark")
     p.add_argument("--name", default="demo", help="testbed name (default demo)")
+    p.add_argument("--element", choices=("ebpf", "userspace"), default=None,
+                   help="switch port implementation (default: the eBPF port where it "
+                        "loads, else the userspace element)")
     p.add_argument("--timeout", type=float, default=150.0,
                    help="give up on the transfer after this many seconds (default 150)")
     p.set_defaults(func=run)

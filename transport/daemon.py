@@ -55,8 +55,10 @@ from wire.packets import Data, Nack, Sack, unpack_body
 #: pacing bursts must cover the loop's 1 ms timer granularity, and one SACK per 16
 #: DATA packets (not 4) halves the per-packet Python cost on both sides (2x goodput).
 #: ``initial_rtt`` is only NSCC's first guess: it learns the base RTT from samples
-#: (the namespace testbed's ~1-10 ms works with these defaults). ``plane_rate`` is
-#: not learned: a host should be told its plane's bottleneck (the testbed writes
+#: (the namespace testbed's ~0.05 ms through eBPF ports and ~1-10 ms through
+#: userspace ones both work). min_rto stays 40 ms: on the eBPF fabric the RTT a
+#: busy Python daemon sees still spikes to 50-130 ms (docs/daemon.md). ``plane_rate``
+#: is not learned: a host should be told its plane's bottleneck (the testbed writes
 #: ``testbed.topology.connection_plane_rate``); 10 Gbit/s is only the default.
 HOST_CONNECTION_DEFAULTS: dict[str, Any] = {
     "evs_per_plane": 32,

@@ -1,4 +1,8 @@
-"""Leaf-spine fabric with link elements: ECMP spread, trimming, ECN, faults."""
+"""Leaf-spine fabric with link elements: ECMP spread, trimming, ECN, faults.
+
+Every test runs on both link elements: the eBPF port (the default) and the
+userspace one.
+"""
 
 from __future__ import annotations
 
@@ -35,12 +39,14 @@ SPEC: dict[str, Any] = {
 HEADER_LEN = 56  # udptool's crafted DATA header (10 words + 16-byte tag)
 
 
-@pytest.fixture(scope="module")
-def tb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+@pytest.fixture(scope="module", params=["ebpf", "userspace"])
+def tb(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+       ) -> Iterator[Testbed]:
     import os
 
     run_root = tmp_path_factory.mktemp("run")
-    bed = Testbed.up(SPEC, name=f"f{os.getpid() % 100000}", run_root=run_root)
+    bed = Testbed.up(SPEC, name=f"f{request.param[0]}{os.getpid() % 100000}",
+                     run_root=run_root, element=request.param)
     try:
         yield bed
     finally:
@@ -216,5 +222,11 @@ def test_cli_status_and_fault(tb: Testbed) -> None:
 
 def test_element_processes_are_recorded(tb: Testbed) -> None:
     procs = tb.state.objects("process")
-    assert len(procs) == 2 and all(p["pid"] for p in procs)
     assert {n for n in ns_list() if n.startswith(tb.prefix)} >= {tb.prefix + "p0-w"}
+    if tb.element_kind("h0:p0") == "userspace":
+        assert len(procs) == 2 and all(p["pid"] for p in procs)
+        return
+    assert not procs  # the eBPF port has no process: two programs per link instead
+    links = [lk for lk in tb.topo.links if lk.plane == 0]
+    assert len(tb.ebpf(0).prog_ids()) == 2 * len(links)
+    assert all(s["element"] == "ebpf" for s in tb.port_stats().values())

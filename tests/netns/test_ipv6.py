@@ -1,4 +1,5 @@
-"""Dual-stack fabric: IPv6 ECMP (ports + flow label hashed) and IPv6 trimming."""
+"""Dual-stack fabric: IPv6 ECMP (ports + flow label hashed) and IPv6 trimming,
+on the eBPF port and on the userspace element."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ SPEC: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
-def tb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    bed = Testbed.up(SPEC, name=f"v{os.getpid() % 100000}",
-                     run_root=tmp_path_factory.mktemp("run"))
+@pytest.fixture(scope="module", params=["ebpf", "userspace"])
+def tb(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+       ) -> Iterator[Testbed]:
+    bed = Testbed.up(SPEC, name=f"v{request.param[0]}{os.getpid() % 100000}",
+                     run_root=tmp_path_factory.mktemp("run"), element=request.param)
     try:
         yield bed
     finally:

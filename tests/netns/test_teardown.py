@@ -14,14 +14,14 @@ from netns_helpers import links_root, ns_list, udptool
 from testbed import nsutil
 from testbed.fabric import Testbed, netem_available
 
-ELEMENT_SPEC = {"hosts": 2, "planes": 2, "link": {"rate": "50mbit", "element": True,
+ELEMENT_SPEC = {"hosts": 2, "planes": 2, "link": {"rate": "50mbit", "element": "userspace",
                                                   "host": {"down": {"trim": "16KB"}}}}
 
 
 def test_element_testbed_teardown_via_cli(tmp_path: Path, unique_name: str) -> None:
     """`up` in one process, `down` in another: element processes and namespaces go."""
     topo = tmp_path / "t.toml"
-    topo.write_text("hosts = 2\nplanes = 2\n[link]\nelement = true\n")
+    topo.write_text("hosts = 2\nplanes = 2\n[link]\nelement = \"userspace\"\n")
     env = {**os.environ, "BRAID_RUN_DIR": str(tmp_path / "run")}
     braid = [str(Path(sys.executable).parent / "braid"), "testbed"]
     before = links_root()

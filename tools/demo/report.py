@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -144,12 +145,17 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
     el_total = {q: _counter_at(rows, t0, 1e9, _plane_port_sent(q, receiver))
                 - _counter_at(rows, t0, -1e9, _plane_port_sent(q, receiver)) for q in planes}
     tot = sum(el_total.values()) or 1
-    fabric = {"trimmed": 0, "marked": 0, "dropped": 0, "blackholed": 0, "rx_overflow": 0}
+    fabric = {"sent": 0, "trimmed": 0, "marked": 0, "dropped": 0, "blackholed": 0,
+              "rx_overflow": 0}
     if rows and "ports" in rows[-1] and "ports" in rows[0]:
         for name, st in rows[-1]["ports"].items():
             st0 = rows[0]["ports"].get(name, {})
             for key in fabric:
                 fabric[key] += st.get(key, 0) - st0.get(key, 0)
+    # full 250 ms bins after the last fault: the worst one against their median
+    after = [x["mbps"] for x in timeline if f_last is not None and x["t"] >= f_last
+             and x["t"] + BIN <= end][1:]
+    after_median = statistics.median(after) if after else None
     last: dict[str, Any] = next((r for r in reversed(rows) if "receiver" in r), {})
     snd = send or {}
     return {
@@ -173,6 +179,10 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
         "plane_share_sender": snd.get("plane_share"),
         "plane_share_fabric": {str(q): round(v / tot, 4) for q, v in el_total.items()},
         "goodput_Mbps": phases,
+        "after_faults_bins": {
+            "min_Mbps": min(after) if after else None, "median_Mbps": after_median,
+            "below_half_median": sum(1 for x in after if after_median and x < after_median / 2),
+            "bins": len(after)},
         "longest_delivery_gap_s": round(gap, 3),
         "longest_gap_starts_at": round(gap_at, 3) if gap_at is not None else None,
         "gap_resolution_s": 0.125,
@@ -212,6 +222,11 @@ def print_report(rep: dict[str, Any]) -> None:
                   f"({w['killed_plane_share'] * 100:.1f}%), others "
                   + " ".join(f"p{q}={v}" for q, v in w["element_packets_to_receiver"].items()
                              if q != str(w["plane"])))
+    ab = rep.get("after_faults_bins") or {}
+    if ab.get("bins"):
+        print(f"after the faults, per 250 ms: min {ab['min_Mbps']} Mbit/s, median "
+              f"{ab['median_Mbps']}, {ab['below_half_median']} of {ab['bins']} bins below "
+              "half the median")
     print(f"longest delivery gap: {rep['longest_delivery_gap_s'] * 1000:.0f} ms"
           + (f" (from t={rep['longest_gap_starts_at']:.2f}s)"
              if rep["longest_gap_starts_at"] is not None else "")

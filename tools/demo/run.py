@@ -317,8 +317,10 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         say(f"bringing up {TOPOLOGY.relative_to(REPO)} as testbed {args.name!r} "
             f"(4 hosts x 4 planes, leaf-spine, trimming ports)")
-        tb = Testbed.up(TOPOLOGY, name=args.name)
-        say(f"fabric up in {time.monotonic() - t_start:.1f} s; run dir {tb.run_dir}")
+        tb = Testbed.up(TOPOLOGY, name=args.name, element=getattr(args, "element", None))
+        kinds = sorted(set((tb.state.data.get("element_kinds") or {}).values()))
+        say(f"fabric up in {time.monotonic() - t_start:.1f} s; run dir {tb.run_dir}; "
+            f"link element: {', '.join(kinds) or 'none'}")
         write_key_file(work / "cluster.key", new_cluster_key())
         cfgs = {SENDER: daemon_config(tb, SENDER, RECEIVER, work),
                 RECEIVER: daemon_config(tb, RECEIVER, SENDER, work)}
@@ -405,7 +407,9 @@ def run_demo(args: argparse.Namespace) -> int:
         report.update({
             "ok": failure is None, "failure": failure, "size": size, "quick": args.quick,
             "topology": str(TOPOLOGY.relative_to(REPO)), "timeline": str(tl_path),
-            "testbed": args.name, "timeline_errors": tl_err, "sampler_error": sampler.error,
+            "testbed": args.name, "element": sorted(set(
+                (tb.state.data.get("element_kinds") or {}).values())),
+            "timeline_errors": tl_err, "sampler_error": sampler.error,
         })
         png = out / "demo.png"
         try:

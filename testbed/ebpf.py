@@ -1,0 +1,346 @@
+"""The eBPF switch port: testbed/bpf/port.o on the wire-namespace veths of a link.
+
+Per element link the two wire ends ``xa`` (towards node a) and ``xb`` get a
+clsact qdisc and the port program at ingress (``tc ... bpf da obj port.o``);
+a frame arriving on ``xa`` belongs to the ``up`` port and leaves by ``xb``.
+A shaped port has an HTB on its outgoing end: class 1:10 (prio 0) for
+control and trimmed headers, 1:20 (prio 1) for data; the program sets
+``skb->priority`` to the class. Trimming, dropping and ECN decisions come from
+the program's virtual queue at exactly the port rate; HTB only paces.
+
+Maps are pinned by name under ``RUN/bpf/pP/tc/globals`` (a bpffs mounted per
+testbed, unmounted at teardown); tc runs with ``setns`` only (like ``nsenter
+--net=``), because ``ip netns exec`` remounts /sys and would hide the pins.
+Settings change by map updates from Python (``bpfsys``), no reload. The port
+layout (slots, ifindexes, settings) is kept in ``RUN/elements/pP.ebpf.json``.
+
+Not supported (the userspace element remains for these): propagation delay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed import nsutil
+from testbed.bpfsys import Map
+from testbed.errors import TestbedError
+
+BPF_DIR = Path(__file__).resolve().parent / "bpf"
+OBJ = BPF_DIR / "port.o"
+NO_THRESHOLD = 0xFFFFFFFF
+CFG = struct.Struct("<IIQIIIIIIII")
+QUEUE = struct.Struct("<IIQQQ")
+COUNTERS = ("rx", "sent", "trimmed", "marked", "dropped", "lost", "blackholed", "tx_errors",
+            "not_trimmable")
+CNT = struct.Struct(f"<{len(COUNTERS)}Q")
+SETTABLE = ("rate_bps", "buffer", "delay", "loss", "trim", "ecn", "last_hop", "down")
+#: HTB may send this much ahead (seconds of tokens at the port rate) after its
+#: timer fired late, so a busy machine does not lower the average rate.
+HTB_BURST_S = 0.002
+CTRL_HEADROOM = 64 * 1024
+BPFFS_MAGIC = 0xCAFE4A11
+_probe_cache: dict[str, tuple[bool, str]] = {}
+
+
+# ------------------------------------------------------------------ availability
+def tc_binary() -> str | None:
+    return shutil.which("tc") or next(
+        (p for p in ("/usr/sbin/tc", "/sbin/tc") if os.path.exists(p)), None)
+
+
+def ebpf_available() -> tuple[bool, str]:
+    """Can this machine run the eBPF port? (cached; loads it on a scratch veth)."""
+    if "result" in _probe_cache:
+        return _probe_cache["result"]
+    result = _probe()
+    _probe_cache["result"] = result
+    return result
+
+
+def _probe() -> tuple[bool, str]:
+    tc = tc_binary()
+    if tc is None:
+        return False, "no tc binary (install iproute2)"
+    if not OBJ.exists():
+        return False, f"{OBJ} is missing (run testbed/bpf/build.sh)"
+    try:
+        ver = subprocess.run([tc, "-V"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"tc -V failed: {exc}"
+    if "libbpf" not in ver:
+        return False, f"tc is not built with libbpf ({ver.strip()})"
+    from pyroute2 import NetNS, netns
+
+    name = f"brprobe-bpf{os.getpid()}"
+    pin = Path("/run/braid") / f".probe-bpf-{os.getpid()}"
+    try:
+        netns.create(name)
+    except Exception as exc:
+        return False, f"cannot create a scratch namespace: {exc}"
+    try:
+        with NetNS(name) as ns:
+            ns.link("add", ifname="pb0", kind="veth", peer="pb1")
+        mount_bpffs(pin)
+        r = nsutil.run(name, [tc, "-batch", "-"], input="qdisc add dev pb0 clsact\n"
+                       f"filter add dev pb0 ingress bpf da obj {OBJ} sec tc\n",
+                       capture_output=True, text=True, env=_tc_env(pin))
+        if r.returncode != 0:
+            last = (r.stderr.strip().splitlines() or ["?"])[-1]
+            return False, f"tc could not load {OBJ.name} with cls_bpf: {last}"
+        return True, "port.o loaded on a scratch veth"
+    except OSError as exc:
+        return False, f"eBPF probe failed: {exc}"
+    finally:
+        with contextlib.suppress(Exception):
+            netns.remove(name)
+        umount_bpffs(pin)
+
+
+# ------------------------------------------------------------------ bpffs
+def _is_mountpoint(path: Path) -> bool:
+    target = str(path.resolve()) if path.exists() else str(path)
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split()[4] == target for line in lines)
+
+
+def mount_bpffs(path: Path) -> None:
+    """Mount a private bpffs at ``path`` (created) unless one is there already."""
+    path.mkdir(parents=True, exist_ok=True)
+    if _is_mountpoint(path):
+        return
+    r = subprocess.run(["mount", "-t", "bpf", "bpf", str(path)], capture_output=True,
+                       text=True, timeout=30)
+    if r.returncode != 0:
+        raise OSError(f"mount -t bpf {path}: {r.stderr.strip()}")
+    os.chmod(path, 0o700)
+
+
+def umount_bpffs(path: Path) -> None:
+    """Unmount (removing every pin under it) and delete ``path``; idempotent."""
+    for _ in range(4):  # a mount may have been stacked (tc mounts one if it finds none)
+        if not _is_mountpoint(path):
+            break
+        subprocess.run(["umount", str(path)], capture_output=True, timeout=30)
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+def _tc_env(pin: Path) -> dict[str, str]:
+    return dict(os.environ, TC_BPF_MNT=str(pin))
+
+
+# ------------------------------------------------------------------ one plane
+def htb_burst(rate_bps: int, mtu: int) -> int:
+    """Bytes HTB may send ahead of its rate (at least a few frames)."""
+    return max(4 * (mtu + 14), int(rate_bps / 8 * HTB_BURST_S))
+
+
+def port_cfg(settings: dict[str, Any], out_idx: int, slot: int, mtu: int = 1500) -> bytes:
+    def thr(v: int | None) -> int:
+        return NO_THRESHOLD if v is None else min(int(v), NO_THRESHOLD - 1)
+
+    loss = float(settings.get("loss") or 0.0)
+    loss_u32 = 0 if loss <= 0 else min(int(loss * 2**32), NO_THRESHOLD)
+    rate = int(settings.get("rate_bps") or 0)
+    burst_ns = htb_burst(rate, mtu) * 8 * 10**9 // rate if rate else 0
+    return CFG.pack(out_idx, slot, rate,
+                    min(int(settings.get("buffer", 256 * 1024)), NO_THRESHOLD - 1),
+                    thr(settings.get("trim")), thr(settings.get("ecn")), loss_u32,
+                    int(bool(settings.get("last_hop"))), int(bool(settings.get("down"))),
+                    min(burst_ns, NO_THRESHOLD), 0)
+
+
+def htb_commands(dev: str, rate_bps: int, mtu: int, replace: bool = False,
+                 buffer: int = 256 * 1024) -> list[str]:
+    """tc batch lines shaping ``dev`` at ``rate_bps``, control class first. The
+    FIFOs only catch HTB falling far behind the virtual queue (a starved timer):
+    twice the port buffer each."""
+    limit = 2 * buffer + 2 * CTRL_HEADROOM
+    cmds = [f"qdisc del dev {dev} root"] if replace else []
+    if rate_bps <= 0:
+        return cmds
+    frame = mtu + 14
+    burst = htb_burst(rate_bps, mtu)
+    floor = max(rate_bps // 100, 8000)
+    q = f"quantum {frame}"
+    cmds += [
+        f"qdisc add dev {dev} root handle 1: htb default 20",
+        f"class add dev {dev} parent 1: classid 1:1 htb rate {rate_bps}bit "
+        f"ceil {rate_bps}bit burst {burst} cburst {burst} {q}",
+        f"class add dev {dev} parent 1:1 classid 1:10 htb rate {rate_bps}bit "
+        f"ceil {rate_bps}bit burst {burst} cburst {burst} prio 0 {q}",
+        f"class add dev {dev} parent 1:1 classid 1:20 htb rate {floor}bit "
+        f"ceil {rate_bps}bit burst {burst} cburst {burst} prio 1 {q}",
+        f"qdisc add dev {dev} parent 1:10 handle 10: bfifo limit {limit}",
+        f"qdisc add dev {dev} parent 1:20 handle 20: bfifo limit {limit}",
+    ]
+    return cmds
+
+
+class EbpfPlane:
+    """The eBPF ports of one plane's wire namespace (created by ``attach``)."""
+
+    def __init__(self, run_dir: Path, plane: int, wire_ns: str) -> None:
+        self.plane = plane
+        self.ns = wire_ns
+        self.pin = run_dir / "bpf" / f"p{plane}"
+        self.layout_path = run_dir / "elements" / f"p{plane}.ebpf.json"
+        self.maps_dir = self.pin / "tc" / "globals"
+
+    # -- build -----------------------------------------------------------------
+    def attach(self, links: list[dict[str, Any]]) -> None:
+        """links: {name, a_if, b_if, mtu, up: settings, down: settings}."""
+        tc = tc_binary()
+        if tc is None:
+            raise TestbedError("the eBPF port needs tc (iproute2)")
+        names = [n for lk in links for n in (lk["a_if"], lk["b_if"])]
+        idx = nsutil.run_in(self.ns, lambda: {n: socket.if_nametoindex(n) for n in names})
+        ports: dict[str, dict[str, Any]] = {}
+        lines: list[str] = []
+        for lk in links:
+            for d, in_if, out_if in (("up", lk["a_if"], lk["b_if"]),
+                                     ("down", lk["b_if"], lk["a_if"])):
+                settings = {k: lk[d].get(k) for k in SETTABLE}
+                if settings.get("delay"):
+                    raise TestbedError(f"link {lk['name']}: the eBPF port has no propagation "
+                                    "delay (use the userspace element for it)")
+                ports[f"{lk['name']}/{d}"] = {
+                    "slot": len(ports), "in_if": in_if, "in_idx": idx[in_if],
+                    "out_if": out_if, "out_idx": idx[out_if], "mtu": lk["mtu"],
+                    "settings": settings}
+                lines += [f"qdisc add dev {in_if} clsact",
+                          f"filter add dev {in_if} ingress bpf da obj {OBJ} sec tc"]
+                lines += htb_commands(out_if, int(settings.get("rate_bps") or 0), lk["mtu"],
+                                      buffer=int(settings.get("buffer") or 256 * 1024))
+        self.pin.mkdir(parents=True, exist_ok=True)
+        self._tc(lines)
+        self.layout_path.parent.mkdir(exist_ok=True)
+        self._save({"ns": self.ns, "pin": str(self.pin), "ports": ports})
+        with self._map("braid_cfg", CFG.size) as cfg:
+            for p in ports.values():
+                cfg.update(struct.pack("<I", p["in_idx"]),
+                           port_cfg(p["settings"], p["out_idx"], p["slot"], p["mtu"]))
+
+    def _tc(self, lines: list[str]) -> None:
+        tc = tc_binary() or "tc"
+        r = nsutil.run(self.ns, [tc, "-force", "-batch", "-"], input="\n".join(lines) + "\n",
+                       capture_output=True, text=True, env=_tc_env(self.pin), timeout=300)
+        errors = [ln for ln in r.stderr.splitlines()
+                  if ln.strip() and "Cannot delete qdisc with handle of zero" not in ln
+                  and "Cannot find specified qdisc" not in ln
+                  and not ln.startswith(("Command failed -:", "Warning:"))]
+        if r.returncode != 0 and errors:
+            raise TestbedError(f"tc in {self.ns} failed: {errors[0]}")
+
+    def _map(self, name: str, size: int, per_cpu: bool = False) -> Map:
+        try:
+            return Map(self.maps_dir / name, size, per_cpu)
+        except OSError as exc:
+            raise TestbedError(f"eBPF port of plane {self.plane}: {exc.strerror}") from None
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.layout_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise TestbedError(f"eBPF port of plane {self.plane}: cannot read "
+                            f"{self.layout_path}: {exc}") from None
+        return data
+
+    def _save(self, data: dict[str, Any]) -> None:
+        tmp = self.layout_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, self.layout_path)
+
+    def exists(self) -> bool:
+        return self.layout_path.exists()
+
+    # -- control -----------------------------------------------------------------
+    def set(self, links: list[str], direction: str, changes: dict[str, Any]) -> list[str]:
+        """Change settings of ports (like the userspace element's control message)."""
+        for k in changes:
+            if k not in SETTABLE:
+                raise TestbedError(f"unknown port setting {k!r} (known: {', '.join(SETTABLE)})")
+        if changes.get("delay"):
+            raise TestbedError(f"link(s) {', '.join(links[:4])} use the eBPF port, which has no "
+                            "propagation delay; give them element = \"userspace\" in the "
+                            "topology")
+        data = self._load()
+        dirs = {"up": ["up"], "down": ["down"], "both": ["up", "down"]}[direction]
+        names = [f"{lk}/{d}" for lk in links for d in dirs]
+        for n in names:
+            if n not in data["ports"]:
+                raise TestbedError(f"no eBPF port {n!r} on plane {self.plane}")
+        reshape: list[str] = []
+        with self._map("braid_cfg", CFG.size) as cfg:
+            for n in names:
+                p = data["ports"][n]
+                old_rate = int(p["settings"].get("rate_bps") or 0)
+                p["settings"].update({k: v for k, v in changes.items() if k != "delay"})
+                new_rate = int(p["settings"].get("rate_bps") or 0)
+                if new_rate != old_rate or "buffer" in changes:
+                    reshape += htb_commands(p["out_if"], new_rate, p["mtu"], replace=True,
+                                            buffer=int(p["settings"].get("buffer") or 0))
+                cfg.update(struct.pack("<I", p["in_idx"]),
+                           port_cfg(p["settings"], p["out_idx"], p["slot"], p["mtu"]))
+        if reshape:
+            self._tc(reshape)
+        self._save(data)
+        return names
+
+    # -- counters ----------------------------------------------------------------
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per port: the userspace element's counter names plus the live settings."""
+        try:
+            return self._stats()
+        except OSError as exc:
+            raise TestbedError(f"eBPF port of plane {self.plane}: reading counters: {exc}"
+                            ) from None
+
+    def _stats(self) -> dict[str, dict[str, Any]]:
+        data = self._load()
+        out: dict[str, dict[str, Any]] = {}
+        now = time.monotonic_ns()
+        with self._map("braid_cnt", CNT.size, per_cpu=True) as cnt, \
+                self._map("braid_queue", QUEUE.size) as queue:
+            for name, p in data["ports"].items():
+                key = struct.pack("<I", p["slot"])
+                sums = [0] * len(COUNTERS)
+                for v in cnt.lookup(key) or []:
+                    sums = [a + b for a, b in zip(sums, CNT.unpack(v), strict=True)]
+                c = dict(zip(COUNTERS, sums, strict=True))
+                qv = queue.lookup(key)
+                _lock, _pad, all_until, _ctrl, max_depth = QUEUE.unpack(qv[0]) if qv else (
+                    0, 0, 0, 0, 0)
+                rate = int(p["settings"].get("rate_bps") or 0)
+                depth = max(0, all_until - now) * rate // 8_000_000_000 if rate else 0
+                out[name] = {**c, "enqueued": c["sent"], "max_depth": max_depth,
+                             "depth": depth, "rx_overflow": 0, "element": "ebpf",
+                             **p["settings"]}
+        return out
+
+    def prog_ids(self) -> list[int]:
+        """Ids of the port programs attached in this plane (for teardown checks)."""
+        data = self._load()
+        ids: list[int] = []
+        tc = tc_binary() or "tc"
+        for p in data["ports"].values():
+            r = nsutil.run(self.ns, [tc, "-j", "filter", "show", "dev", p["in_if"], "ingress"],
+                           capture_output=True, text=True)
+            with contextlib.suppress(ValueError):
+                for f in json.loads(r.stdout or "[]"):
+                    pid = (f.get("options") or {}).get("prog", {}).get("id")
+                    if pid:
+                        ids.append(int(pid))
+        return ids
