@@ -35,7 +35,7 @@ from transport.sender import Sender, SentPacket
 from wire.codec import HandshakeCodec, Opener, Packet, Sealer, peek_untrusted
 from wire.constants import CloseReason, Dscp, Flag, NackReason, PacketType
 from wire.errors import WireError
-from wire.keys import derive_connection_keys, new_nonce
+from wire.keys import DirectionKeys, derive_connection_keys, new_nonce
 from wire.packets import (
     Accept,
     Close,
@@ -85,6 +85,8 @@ class Connection:
         self._peer_nonce = b""
         self._sealer: Sealer | None = None
         self._opener: Opener | None = None
+        #: (send, receive) keys once derived, for a key log (``wire.keylog``).
+        self.traffic_keys: tuple[DirectionKeys, DirectionKeys] | None = None
         self._created = now
         self._now = now
         c = config
@@ -162,6 +164,7 @@ class Connection:
             initiator_cid=initiator_cid, responder_cid=responder_cid,
         )
         send, recv = keys.for_initiator() if self.initiator else keys.for_responder()
+        self.traffic_keys = (send, recv)
         self._sealer = Sealer(send, dcid=self.remote_cid)
         self._opener = Opener(recv)
 
