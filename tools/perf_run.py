@@ -194,6 +194,9 @@ class Perf:
             if loop.time() - self.t0 > limit:
                 self.failure = "ran an hour past its deadline"
                 break
+        errs = [st.error for st in self.streams if st.error]
+        if self.failure is None and errs:
+            self.failure = errs[0]
         if self.failure is None:
             bad = [st for st in self.streams if st.bad or st.dup]
             if bad:
@@ -271,6 +274,11 @@ def intervals(samples: list[Sample]) -> list[dict[str, Any]]:
     return out
 
 
+def _delta(before: int, after: int) -> int:
+    """A counter's growth; a smaller value means a new connection (counters restart)."""
+    return after - before if after >= before else after
+
+
 def interval_row(a: Sample, b: Sample) -> dict[str, Any]:
     dt = max(b.t - a.t, 1e-9)
     byts = b.delivered - a.delivered
@@ -278,11 +286,11 @@ def interval_row(a: Sample, b: Sample) -> dict[str, Any]:
     planes: dict[str, int] = {}
     for key, cb in b.sender.items():
         ca = a.sender.get(key, {})
-        retx += cb.get("retransmissions", 0) - ca.get("retransmissions", 0)
-        rtos += cb.get("rtos", 0) - ca.get("rtos", 0)
-        trims += cb.get("trims", 0) - ca.get("trims", 0)
+        retx += _delta(ca.get("retransmissions", 0), cb.get("retransmissions", 0))
+        rtos += _delta(ca.get("rtos", 0), cb.get("rtos", 0))
+        trims += _delta(ca.get("trims", 0), cb.get("trims", 0))
         for p, v in cb.get("planes", {}).items():
-            planes[p] = planes.get(p, 0) + v - ca.get("planes", {}).get(p, 0)
+            planes[p] = planes.get(p, 0) + _delta(ca.get("planes", {}).get(p, 0), v)
     tot = sum(planes.values())
     return {"start": round(a.t, 3), "end": round(b.t, 3), "bytes": byts,
             "goodput_bps": round(byts * 8 / dt), "retransmissions": retx, "rtos": rtos,

@@ -70,9 +70,28 @@ def _key_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keylog", type=Path, metavar="FILE",
                    help="key log of 'braid daemon --keylog': verify and open packets of any "
                    "plane, without the handshake in the capture")
+    p.add_argument("--testbed", nargs="?", const="", metavar="NAME",
+                   help="use the key and key log of a running testbed's daemons (braid "
+                   "testbed daemons up); NAME defaults to the only testbed up")
+
+
+def _testbed_keys(name: str) -> tuple[Path, Path | None]:
+    from testbed.cli import _default_name
+    from testbed.daemons import KEY_FILE, KEYLOG_FILE
+    from testbed.state import DEFAULT_RUN_ROOT
+
+    run_dir = DEFAULT_RUN_ROOT / _default_name(name or None)
+    key, log = run_dir / KEY_FILE, run_dir / KEYLOG_FILE
+    if not key.exists():
+        raise UserError(f"testbed {run_dir.name!r} has no key ({key}): is it up?")
+    return key, (log if log.exists() else None)
 
 
 def _verifier(args: argparse.Namespace) -> Any:
+    if args.testbed is not None:
+        key, log = _testbed_keys(args.testbed)
+        args.key = args.key or key
+        args.keylog = args.keylog or log
     if args.key is None and args.keylog is None:
         return None
     from tools.trace.keyring import KeyRing
