@@ -79,22 +79,28 @@ def _default_name(name: str | None) -> str:
 
 
 def cmd_up(a: argparse.Namespace) -> int:
-    from testbed.daemons import key_path, write_host_configs
     from testbed.fabric import Testbed
 
     tb = Testbed.up(a.file, name=a.name)
+    print(f"testbed {tb.name} up: {len(tb.hosts)} hosts x {len(tb.planes)} planes "
+          f"({tb.topo.kind}), run dir {tb.run_dir}")
+    print(f"  host i plane p = 10.p.i.2, e.g. h0 plane 0 = {tb.address(0, 0)}")
+    print(f"  run: braid testbed exec --name {tb.name} h0 -- CMD")
+    _write_daemon_configs(tb)
+    return 0
+
+
+def _write_daemon_configs(tb: Any) -> None:
+    """A key and one daemon config per host in the run directory (testbed/daemons.py)."""
+    from testbed.daemons import key_path, write_host_configs
+
     try:
         cfgs = write_host_configs(tb)
     except BaseException:
         tb.down()
         raise
-    print(f"testbed {tb.name} up: {len(tb.hosts)} hosts x {len(tb.planes)} planes "
-          f"({tb.topo.kind}), run dir {tb.run_dir}")
-    print(f"  host i plane p = 10.p.i.2, e.g. h0 plane 0 = {tb.address(0, 0)}")
-    print(f"  key {key_path(tb)}; daemon configs {cfgs[tb.hosts[0]].parent}/h*.toml")
-    print(f"  run: braid testbed exec --name {tb.name} h0 -- CMD   "
-          f"daemons: braid testbed daemons up")
-    return 0
+    print(f"  key {key_path(tb)}, daemon configs {cfgs[tb.hosts[0]].parent}/h*.toml: "
+          f"braid testbed daemons up")
 
 
 def cmd_down(a: argparse.Namespace) -> int:
