@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 BIN = 0.25  # goodput timeline bin, seconds
+#: after the last fault fires, this long still counts as "during faults" (recovery)
+RECOVERY = 1.0
+PHASES = ("slow_start", "before_faults", "during_faults", "after_faults")
 #: the element stats files are rewritten every 0.5 s: skip this much at the
 #: start of a plane-down window before calling its counters "while down".
 STATS_LAG = 0.6
@@ -74,45 +77,68 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
     # goodput timeline
     timeline = []
     k = 0
-    while k * BIN < end and k < 10_000:
+    while series and k * BIN < end and k < 10_000:
         a, b = k * BIN, min((k + 1) * BIN, end)
         if b - a > 1e-3:
             timeline.append({"t": round(a, 3),
                              "mbps": round((_at(series, b) - _at(series, a)) * 8 / (b - a)
                                            / 1e6, 2)})
         k += 1
-    # longest delivery gap (sample resolution)
-    gap, gap_at = 0.0, None
-    last_t, last_b = 0.0, -1
+    overall = _rate(series, first, end) or 0.0
+    # Slow start ends at the first bin that reaches half the overall goodput:
+    # stalls and gaps before it are the window opening, not a fault's doing.
+    startup_end = next((x["t"] + BIN for x in timeline if x["t"] >= first
+                        and x["mbps"] >= 0.5 * overall), first)
+    fault_times = [f["t"] for f in fired]
+    f_first = min(fault_times) if fault_times else None
+    f_last = max(fault_times) if fault_times else None
+
+    def phase_of(t: float) -> str:
+        if t < startup_end:
+            return "slow_start"
+        if f_first is None or t < f_first:
+            return "before_faults"
+        if f_last is not None and t <= f_last + RECOVERY:
+            return "during_faults"
+        return "after_faults"
+
+    # delivery gaps (sample resolution), the longest per phase by where it starts
+    gaps: dict[str, tuple[float, float | None]] = {ph: (0.0, None) for ph in PHASES}
+    last_t, last_b = first, -1
     for t, b in series:
         if b <= 0 or t > end + 1e-9:
             continue
         if last_b >= 0 and b > last_b:
-            if t - last_t > gap:
-                gap, gap_at = t - last_t, last_t
+            ph = phase_of(last_t)
+            if t - last_t > gaps[ph][0]:
+                gaps[ph] = (t - last_t, last_t)
             last_t, last_b = t, b
         elif last_b < 0:
             last_t, last_b = t, b
-    # longest stall: consecutive goodput bins under 10% of the overall goodput
-    # (catches a crawl that never quite stops, which the delivery gap misses)
-    overall = _rate(series, first, end) or 0.0
-    stall, stall_at, run_start = 0.0, None, None
-    for x in [*timeline[1:], {"t": end, "mbps": float("inf")}]:
+    # stalls: consecutive goodput bins under 10% of the overall goodput (catches
+    # a crawl that never quite stops, which the delivery gap misses)
+    stalls: dict[str, tuple[float, float | None]] = {ph: (0.0, None) for ph in PHASES}
+    run_start = None
+    for x in [*timeline, {"t": end, "mbps": float("inf")}]:
+        if x["t"] < first:
+            continue
         if x["mbps"] < 0.1 * overall:
             run_start = x["t"] if run_start is None else run_start
         elif run_start is not None:
-            if x["t"] - run_start > stall:
-                stall, stall_at = x["t"] - run_start, run_start
+            ph = phase_of(run_start)
+            if x["t"] - run_start > stalls[ph][0]:
+                stalls[ph] = (x["t"] - run_start, run_start)
             run_start = None
-    # fault windows
-    fault_times = [f["t"] for f in fired]
-    f_first = min(fault_times) if fault_times else None
-    f_last = max(fault_times) if fault_times else None
+    # the headline numbers leave slow start out (reported apart)
+    gap, gap_at = max((gaps[ph] for ph in PHASES[1:]), key=lambda g: g[0])
+    stall, stall_at = max((stalls[ph] for ph in PHASES[1:]), key=lambda g: g[0])
+    before_from = max(startup_end, first)
     phases = {
-        "before_fault": _rate(series, first, f_first if f_first is not None else end),
-        "during_faults": _rate(series, f_first, min(f_last, end))
+        "before_fault": _rate(series, before_from, f_first if f_first is not None else end)
+        if (f_first if f_first is not None else end) - before_from >= 0.5 else None,
+        "during_faults": _rate(series, f_first, min(f_last + RECOVERY, end))
         if f_first is not None and f_last is not None else None,
-        "after_faults": _rate(series, f_last, end) if f_last is not None else None,
+        "after_faults": _rate(series, f_last + RECOVERY, end) if f_last is not None else None,
         "overall": _rate(series, first, end),
     }
     phases = {k: (round(v, 1) if v is not None else None) for k, v in phases.items()}
@@ -151,26 +177,37 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
             for key in fabric:
                 fabric[key] += st.get(key, 0) - st0.get(key, 0)
     last: dict[str, Any] = next((r for r in reversed(rows) if "receiver" in r), {})
+    # When the transfer failed, 'braid send' printed no summary: take what the
+    # sampled daemon stats know (the sender's counters, the receiver's bytes).
     snd = send or {}
+    ls: dict[str, Any] = next((r["sender"] for r in reversed(rows) if r.get("sender")), {})
+    received = (recv or {}).get("bytes")
+    if received is None:
+        received = int(final)
     return {
         "sender": sender, "receiver": receiver,
         "transfer": {
-            "bytes": size, "received_bytes": (recv or {}).get("bytes"),
+            "bytes": size, "received_bytes": received,
+            "received_from": "braid recv" if recv else "receiver daemon stats",
             "verified": bool(recv and recv.get("verified") and recv.get("bytes") == size),
-            "send_seconds": snd.get("seconds"), "goodput_Mbps": (
-                round(snd["goodput_Gbps"] * 1000, 1) if snd.get("goodput_Gbps") else None),
+            "send_seconds": snd.get("seconds", round(end, 3)), "goodput_Mbps": (
+                round(snd["goodput_Gbps"] * 1000, 1) if snd.get("goodput_Gbps")
+                else phases["overall"] or 0.0),
             "first_byte_at": round(first, 3), "last_byte_at": round(end, 3),
         },
         "counters": {
-            "packets": snd.get("packets"), "retransmissions": snd.get("retransmissions"),
-            "nacks": snd.get("nacks"), "trims_seen_by_sender": snd.get("trims"),
-            "rtos": snd.get("rtos"),
+            "packets": snd.get("packets", ls.get("packets_sent") or 0),
+            "retransmissions": snd.get("retransmissions", ls.get("retransmissions") or 0),
+            "nacks": snd.get("nacks", ls.get("nacks_received") or 0),
+            "trims_seen_by_sender": snd.get("trims", (ls.get("trims_fabric") or 0)
+                                            + (ls.get("trims_last_hop") or 0)),
+            "rtos": snd.get("rtos", ls.get("rtos") or 0),
             "trims_received": (last.get("receiver", {}).get("trimmed_received_fabric", 0) or 0)
             + (last.get("receiver", {}).get("trimmed_received_last_hop", 0) or 0),
-            "duplicates_received": last.get("receiver", {}).get("duplicates_received"),
+            "duplicates_received": last.get("receiver", {}).get("duplicates_received") or 0,
             "fabric": fabric,
         },
-        "plane_share_sender": snd.get("plane_share"),
+        "plane_share_sender": snd.get("plane_share") or _sender_share(rows, planes),
         "plane_share_fabric": {str(q): round(v / tot, 4) for q, v in el_total.items()},
         "goodput_Mbps": phases,
         "longest_delivery_gap_s": round(gap, 3),
@@ -178,6 +215,15 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
         "gap_resolution_s": 0.125,
         "longest_stall_s": round(stall, 3),
         "longest_stall_starts_at": round(stall_at, 3) if stall_at is not None else None,
+        # by phase: slow start (until the first 250 ms bin at half the overall
+        # goodput), before the first fault, during faults (+1 s), after them
+        "slow_start_ends_at": round(startup_end, 3),
+        "gaps_by_phase": {ph: {"seconds": round(g, 3),
+                               "starts_at": None if at is None else round(at, 3)}
+                          for ph, (g, at) in gaps.items()},
+        "stalls_by_phase": {ph: {"seconds": round(st, 3),
+                                 "starts_at": None if at is None else round(at, 3)}
+                            for ph, (st, at) in stalls.items()},
         "timeline_planned": events, "faults_fired": fired,
         "plane_down_windows": down_windows,
         "goodput_timeline": timeline,
@@ -185,17 +231,53 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
     }
 
 
+def _sender_share(rows: list[dict[str, Any]], planes: list[int]) -> dict[str, float]:
+    last: dict[str, Any] = next((r["sender_planes"] for r in reversed(rows)
+                                 if r.get("sender_planes")), {})
+    sent = {str(q): int((last.get(str(q)) or {}).get("sent") or 0) for q in planes}
+    tot = sum(sent.values())
+    return {q: round(v / tot, 4) for q, v in sent.items()} if tot else {}
+
+
+def _num(v: Any, fmt: str = "", missing: str = "-") -> str:
+    """A figure for the text report: never 'None'."""
+    return missing if v is None else format(v, fmt)
+
+
+def _phase_text(by_phase: dict[str, dict[str, Any]], scale: float, unit: str) -> str:
+    names = {"slow_start": "slow start", "before_faults": "before faults",
+             "during_faults": "during faults", "after_faults": "after faults"}
+    parts = []
+    for ph in ("during_faults", "after_faults", "before_faults", "slow_start"):
+        x = by_phase.get(ph) or {}
+        if x.get("seconds"):
+            parts.append(f"{names[ph]} {x['seconds'] * scale:.0f} {unit} "
+                         f"(t={x['starts_at']:.2f}s)")
+        else:
+            parts.append(f"{names[ph]} none")
+    return "; ".join(parts)
+
+
 def print_report(rep: dict[str, Any]) -> None:
     tr, c, g = rep["transfer"], rep["counters"], rep["goodput_Mbps"]
     ok = "OK, byte-exact (BLAKE2b per chunk)" if tr["verified"] else "NOT VERIFIED"
     print("\n=== braid demo report ===")
-    print(f"transfer {rep['sender']} -> {rep['receiver']}: {tr['bytes'] / 2**20:.0f} MiB in "
-          f"{tr['send_seconds']} s, {tr['goodput_Mbps']} Mbit/s  [{ok}]")
+    if rep.get("failure"):
+        print(f"FAILED: {rep['failure']}")
+        got = tr.get("received_bytes") or 0
+        print(f"transfer {rep['sender']} -> {rep['receiver']}: {got / 2**20:.1f} of "
+              f"{tr['bytes'] / 2**20:.0f} MiB delivered in {_num(tr['send_seconds'], '.1f')} s "
+              f"(per {tr.get('received_from', 'the receiver')}), "
+              f"{_num(tr['goodput_Mbps'], '.1f')} Mbit/s while it ran  [{ok}]")
+    else:
+        print(f"transfer {rep['sender']} -> {rep['receiver']}: {tr['bytes'] / 2**20:.0f} MiB "
+              f"in {_num(tr['send_seconds'])} s, {_num(tr['goodput_Mbps'])} Mbit/s  [{ok}]")
     print("faults fired: " + ("; ".join(f"{f['t']:.2f}s {f['event']}"
                                         for f in rep["faults_fired"]) or "none"))
-    print("goodput (Mbit/s): before fault {} | during faults {} | after faults {} | "
-          "overall {}".format(*(g[k] if g[k] is not None else "-" for k in (
-              "before_fault", "during_faults", "after_faults", "overall"))))
+    print("goodput (Mbit/s): slow start until {:.2f}s | before faults {} | during faults {} | "
+          "after faults {} | overall {}".format(rep.get("slow_start_ends_at", 0.0), *(
+              _num(g[k]) for k in ("before_fault", "during_faults", "after_faults",
+                                   "overall"))))
     print(f"packets {c['packets']}  retransmissions {c['retransmissions']}  NACKs {c['nacks']}"
           f"  trims received {c['trims_received']}  RTOs {c['rtos']}  "
           f"fabric: trimmed {c['fabric']['trimmed']} CE-marked {c['fabric']['marked']} "
@@ -212,14 +294,15 @@ def print_report(rep: dict[str, Any]) -> None:
                   f"({w['killed_plane_share'] * 100:.1f}%), others "
                   + " ".join(f"p{q}={v}" for q, v in w["element_packets_to_receiver"].items()
                              if q != str(w["plane"])))
-    print(f"longest delivery gap: {rep['longest_delivery_gap_s'] * 1000:.0f} ms"
-          + (f" (from t={rep['longest_gap_starts_at']:.2f}s)"
-             if rep["longest_gap_starts_at"] is not None else "")
-          + f" (resolution {rep['gap_resolution_s'] * 1000:.0f} ms)")
-    if rep["longest_stall_s"]:
-        print(f"longest stall (goodput < 10% of overall): {rep['longest_stall_s']:.2f} s "
-              f"from t={rep['longest_stall_starts_at']:.2f}s")
+    print(f"longest delivery gap (resolution {rep['gap_resolution_s'] * 1000:.0f} ms): "
+          + _phase_text(rep.get("gaps_by_phase") or {}, 1000, "ms"))
+    print("longest stall (goodput < 10% of overall): "
+          + _phase_text(rep.get("stalls_by_phase") or {}, 1000, "ms"))
     tl = rep["goodput_timeline"]
+    if not tl:
+        print("goodput timeline: no samples" + (f" (sampler: {rep['sampler_error']})"
+                                                if rep.get("sampler_error") else ""))
+        return
     print("goodput timeline (Mbit/s per 250 ms):")
     for i in range(0, len(tl), 8):
         print("  " + "  ".join(f"{x['t']:5.2f}s {x['mbps']:5.1f}" for x in tl[i:i + 8]))

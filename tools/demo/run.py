@@ -44,6 +44,35 @@ events = [
 """
 
 
+#: Fail when nothing more is delivered for this long (the transfer may take as
+#: long as it keeps making progress, up to ``default_timeout``).
+STALL_TIMEOUT = 30.0
+
+
+def default_timeout(size: int) -> float:
+    """A cap that scales with the size: 120 s plus 1 s per 2 MiB (~16 Mbit/s), far
+    below what the demo reaches even on a busy machine; progress is checked apart."""
+    return 120.0 + size / (2 << 20)
+
+
+class Progress:
+    """Bytes the receiver's daemon has counted, and when that last grew."""
+
+    def __init__(self, t0: float) -> None:
+        self.bytes = -1
+        self.since = t0
+
+    def update(self, rows: list[dict[str, Any]], now: float) -> int:
+        row = next((r for r in reversed(rows) if "receiver" in r), None)
+        got = int((row or {}).get("receiver", {}).get("bytes_received") or 0)
+        if got > self.bytes:
+            self.bytes, self.since = got, now
+        return max(got, 0)
+
+    def idle(self, now: float) -> float:
+        return now - self.since
+
+
 def say(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -325,9 +354,11 @@ def run_demo(args: argparse.Namespace) -> int:
             f"and {RECEIVER} ({', '.join(tb.address(RECEIVER, p) for p in tb.planes)})")
         if getattr(args, "capture", False):
             captures = _start_captures(tb, out)
+        limit = args.timeout if args.timeout is not None else default_timeout(size)
+        stall_limit = getattr(args, "stall_timeout", STALL_TIMEOUT)
         recv = procs.start(tb, RECEIVER, "recv", [
             "recv", "--config", str(cfgs[RECEIVER]), "--count", "1", "--json",
-            "--timeout", str(args.timeout)], work / "recv.log")
+            "--timeout", str(limit + 30)], work / "recv.log")
         time.sleep(0.3)  # let the receiver attach before data arrives
         sampler = Sampler(tb, socks)
         sampler.start()
@@ -349,17 +380,24 @@ def run_demo(args: argparse.Namespace) -> int:
 
         def timeline() -> None:
             try:
-                run_timeline(tb, events, workload=send, echo=echo, timeout=args.timeout)
+                run_timeline(tb, events, workload=send, echo=echo, timeout=limit)
             except Exception as exc:
                 tl_err.append(f"{type(exc).__name__}: {exc}")
 
         tl_thread = threading.Thread(target=timeline, name="demo-timeline", daemon=True)
         tl_thread.start()
         last_print = 0.0
+        progress = Progress(t0)
         while send.poll() is None:
             el = time.monotonic() - t0
-            if el > args.timeout:
-                failure = f"transfer did not finish within {args.timeout:g} s"
+            got = progress.update(sampler.rows, time.monotonic())
+            if sampler.error is None and progress.idle(time.monotonic()) > stall_limit:
+                failure = (f"no progress for {stall_limit:g} s: {got / 2**20:.1f} of "
+                           f"{size / 2**20:.0f} MiB delivered by t={el:.1f}s")
+                break
+            if el > limit:
+                failure = (f"transfer still running after {limit:g} s (--timeout): "
+                           f"{got / 2**20:.1f} of {size / 2**20:.0f} MiB delivered")
                 break
             if el - last_print >= 1.0:
                 last_print = el
