@@ -310,51 +310,72 @@ def print_report(rep: dict[str, Any]) -> None:
 
 def write_plot(rep: dict[str, Any], rows: list[dict[str, Any]], t0: float, path: Path
                ) -> None:
+    """Fault lanes on top, goodput, then one small panel per plane (same scale):
+    nothing overplots, the legend is the panels' own labels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    from tools.plotting import draw_fault_lanes, fault_lanes, fault_spans, plane_colour
+
     tl = rep["goodput_timeline"]
-    ax1.step([x["t"] for x in tl] + ([tl[-1]["t"] + BIN] if tl else []),
-             [x["mbps"] for x in tl] + ([tl[-1]["mbps"]] if tl else []), where="post",
-             color="black", label="goodput (250 ms bins)")
-    ax1.set_ylabel("goodput (Mbit/s)")
-    ax1.set_title(f"braid demo: {rep['transfer']['bytes'] / 2**20:.0f} MiB "
-                  f"{rep['sender']} -> {rep['receiver']}, 4 planes leaf-spine")
-    prev = None
+    end = max([rep.get("duration_s") or 0.0] + [x["t"] + BIN for x in tl])
+    lanes = fault_lanes([(e["at"], e["fault"]) for e in rep["timeline_planned"]], end)
     rates: dict[str, list[tuple[float, float]]] = {}
+    prev = None
     for r in rows:
         if "sender_planes" not in r:
             continue
-        if prev is not None:
+        if prev is not None and r["mono"] > prev["mono"]:
             dt = r["mono"] - prev["mono"]
             for p, v in r["sender_planes"].items():
                 pv = prev["sender_planes"].get(p, {}).get("sent", 0)
                 rates.setdefault(p, []).append((r["mono"] - t0, (v["sent"] - pv) / dt))
         prev = r
-    for p, pts in sorted(rates.items()):
-        ax2.plot([a for a, _ in pts], [b for _, b in pts], label=f"plane {p}")
-    ax2.set_ylabel("sender packets/s per plane")
-    ax2.set_xlabel("seconds since transfer start")
-    ymax = max((x["mbps"] for x in tl), default=1.0)
-    for f in rep["faults_fired"]:
-        for ax in (ax1, ax2):
-            ax.axvline(f["t"], color="red", alpha=0.4, linestyle="--", linewidth=0.8)
-    # one numbered tag per planned event (a flap fires many steps), legend below
-    planned = rep["timeline_planned"]
-    for i, e in enumerate(planned, 1):
-        ax1.text(e["at"], ymax * (1.04 + 0.09 * ((i - 1) % 3)), str(i), fontsize=8,
-                 color="red", ha="center", va="bottom", fontweight="bold")
-    if planned:
-        fig.text(0.01, 0.005, "faults: " + "   ".join(
-            f"{i}: {e['at']:g}s {e['fault']}" for i, e in enumerate(planned, 1)),
-            fontsize=7, color="red", wrap=True, va="bottom")
-    ax1.set_ylim(0, ymax * 1.35 + 1)
-    ax1.legend(loc="lower left")
-    ax2.legend(loc="upper right", fontsize=8)
-    ax2.set_xlim(left=0)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(path, dpi=110)
+    planes = sorted(rates, key=int)
+    heights = [0.35 * max(len(lanes), 1) + 0.3, 2.2] + [0.75] * len(planes)
+    fig, axes = plt.subplots(len(heights), 1, figsize=(11, sum(heights) + 1.2), sharex=True,
+                             gridspec_kw={"height_ratios": heights, "hspace": 0.12})
+    lane_ax, gp_ax, plane_axes = axes[0], axes[1], list(axes[2:])
+    tr = rep["transfer"]
+    fig.suptitle(f"braid demo: {tr['bytes'] / 2**20:.0f} MiB {rep['sender']} -> "
+                 f"{rep['receiver']}, {len(planes) or '?'} planes"
+                 + ("" if rep.get("ok", True) else "  (FAILED)"), fontsize=11)
+    if lanes:
+        draw_fault_lanes(lane_ax, lanes, xmax=end)
+        lane_ax.set_title("faults (one row per target)", fontsize=8, loc="left")
+    else:
+        lane_ax.set_axis_off()
+    for a, b in fault_spans(lanes):
+        for ax in (gp_ax, *plane_axes):
+            ax.axvspan(a, b, color="red", alpha=0.06, linewidth=0)
+    if tl:
+        gp_ax.step([x["t"] for x in tl] + [tl[-1]["t"] + BIN],
+                   [x["mbps"] for x in tl] + [tl[-1]["mbps"]], where="post", color="black",
+                   linewidth=1.2)
+    gp_ax.set_ylabel("goodput\nMbit/s\n(250 ms)", fontsize=8)
+    gp_ax.set_ylim(bottom=0)
+    ymax = max((v for pts in rates.values() for _, v in pts), default=1.0) * 1.1
+    for ax, p in zip(plane_axes, planes, strict=True):
+        pts = rates[p]
+        ax.fill_between([a for a, _ in pts], [b for _, b in pts], step=None,
+                        color=plane_colour(int(p)), alpha=0.35, linewidth=0)
+        ax.plot([a for a, _ in pts], [b for _, b in pts], color=plane_colour(int(p)),
+                linewidth=1)
+        ax.set_ylim(0, ymax)
+        ax.set_ylabel(f"plane {p}", fontsize=8, rotation=0, ha="right", va="center")
+        ax.tick_params(axis="y", labelsize=7)
+        for target, bars in lanes:  # the plane's own outages, hatched in its panel
+            if target == f"plane {p}":
+                for bar in bars:
+                    ax.axvspan(bar.start, bar.end, facecolor="none", edgecolor="red",
+                               hatch="///", alpha=0.5, linewidth=0)
+    axes[-1].set_xlabel("seconds since transfer start")
+    axes[-1].set_xlim(0, end)
+    if plane_axes:
+        top, bottom = plane_axes[0].get_position(), plane_axes[-1].get_position()
+        fig.text(0.01, (top.y1 + bottom.y0) / 2, "packets/s sent per plane (same scale)",
+                 rotation=90, va="center", ha="left", fontsize=8)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
