@@ -129,13 +129,12 @@ def label_rows(marks: list[tuple[float, str]], *, x_per_char: float) -> list[int
 
 
 def robust_ylim(values: list[float], *, skip_first: float = 0.05) -> tuple[float, float]:
-    """A y range from the 1st to 99th percentile of the values after the first
-    ``skip_first`` of them, so a large initial value does not squash the rest."""
+    """A y range over the values after the first ``skip_first`` of them, so a large
+    initial value (a configured first guess) does not squash what follows."""
     if not values:
         return 0.0, 1.0
-    tail = sorted(values[int(len(values) * skip_first):] or values)
-    lo = tail[int(0.01 * (len(tail) - 1))]
-    hi = tail[int(0.99 * (len(tail) - 1))]
+    tail = values[int(len(values) * skip_first):] or values
+    lo, hi = min(tail), max(tail)
     if hi <= lo:
         hi = lo + max(abs(lo) * 0.1, 1.0)
     pad = (hi - lo) * 0.08

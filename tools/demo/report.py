@@ -339,9 +339,10 @@ def write_plot(rep: dict[str, Any], rows: list[dict[str, Any]], t0: float, path:
                              gridspec_kw={"height_ratios": heights, "hspace": 0.12})
     lane_ax, gp_ax, plane_axes = axes[0], axes[1], list(axes[2:])
     tr = rep["transfer"]
-    fig.suptitle(f"braid demo: {tr['bytes'] / 2**20:.0f} MiB {rep['sender']} -> "
-                 f"{rep['receiver']}, {len(planes) or '?'} planes"
-                 + ("" if rep.get("ok", True) else "  (FAILED)"), fontsize=11)
+    lane_ax.set_title(f"braid demo: {tr['bytes'] / 2**20:.0f} MiB {rep['sender']} -> "
+                      f"{rep['receiver']}, {len(planes) or '?'} planes"
+                      + ("" if rep.get("ok", True) else "  (FAILED)"), fontsize=11,
+                      loc="center")
     if lanes:
         draw_fault_lanes(lane_ax, lanes, xmax=end)
         lane_ax.set_title("faults (one row per target)", fontsize=8, loc="left")
