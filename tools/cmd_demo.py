@@ -46,8 +46,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "braid trace decode/stats/plot and Wireshark")
     p.add_argument("--name", default="demo", help="testbed name (default demo)")
     p.add_argument("--timeout", type=float, default=None,
-                   help="give up on a transfer that is still progressing after this many "
-                        "seconds (default: 120 s + 1 s per 2 MiB)")
+                   help="also give up on a transfer that is still progressing after this "
+                        "many seconds (default: never; only --stall-timeout fails it)")
     p.add_argument("--stall-timeout", type=float, default=30.0, metavar="S",
                    help="fail when no byte is delivered for S seconds (default 30)")
     p.set_defaults(func=run)
