@@ -87,3 +87,10 @@ def test_demo_quick(tmp_path: Path, unique_name: str) -> None:
     total = json.loads(st.stdout)["total"]
     assert total["data"] > 1000 and total["sacks"] > 50, total
     assert rep["captures"] == [str(p) for p in pcaps]
+    # the daemons' key log opens a plane whose capture has no handshake
+    dec = subprocess.run([braid, "trace", "decode", str(pcaps[1]), "--keylog",
+                          str(out / "run" / "keylog.txt"), "--limit", "200"],
+                         capture_output=True, text=True, timeout=120)
+    assert dec.returncode == 0, dec.stderr
+    lines = [ln for ln in dec.stdout.splitlines() if " auth=" in ln]
+    assert lines and all(ln.endswith("auth=ok") for ln in lines), dec.stdout[-2000:]

@@ -115,3 +115,26 @@ def test_daemons_up_status_and_down_removes_them(
                         capture_output=True, text=True, timeout=120)
     assert dn.returncode == 0, dn.stderr
     assert not any(nsutil.pid_alive(p) for p in pids)
+
+
+def test_perf_interrupt_is_one_line(bed: tuple[str, dict[str, str], Path]) -> None:
+    name, env, run = bed
+    p = subprocess.Popen([BRAID, "perf", "h0", "h1", "--size", "1GiB", "--name", name],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        for _ in range(200):  # wait for the first interval line (bounded)
+            line = p.stdout.readline()
+            if "Mbit/s" in line or not line:
+                break
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("braid perf: interrupted after"), err
+    # the daemons it started are stopped, also on Ctrl-C
+    assert not any(nsutil.pid_alive(pid) for pid in _daemon_pids(run, name))
