@@ -26,7 +26,12 @@ from tools.errors import UserError
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "perf", help="one-shot transfer between two testbed hosts (like iperf3)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description="A one-shot transfer between testbed hosts, iperf3's shape: starts a "
+        "daemon on each host that has none (stopped again at the end), sends --size bytes "
+        "or for --time seconds, prints one line per interval (goodput, retransmissions, "
+        "RTOs, trims, per-plane share) and a summary with the worst interval and the "
+        "longest delivery gap next to the medians, and exits 0 only if every byte arrived "
+        "intact (1 otherwise). --timeline runs faults during it. See docs/testbed.md.")
     p.add_argument("src", help="sending host, e.g. h0")
     p.add_argument("dst", help="receiving host, e.g. h3 (or several: h1,h2,h3)")
     what = p.add_mutually_exclusive_group()
