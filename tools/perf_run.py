@@ -304,8 +304,8 @@ def summary(perf: Perf) -> dict[str, Any]:
     t_end = perf.t_end if perf.t_end is not None else (
         perf.samples[-1].t if perf.samples else 0.0)
     delivered = perf.delivered
-    full = [r for r in rows if r["end"] <= t_end + 1e-6 and r["end"] - r["start"] > 0.5 *
-            perf.interval]
+    # a last, short interval (the run ended inside it) is not a fair worst case
+    full = [r for r in rows if r["end"] - r["start"] > 0.5 * perf.interval]
     rates = [r["goodput_bps"] for r in full] or [r["goodput_bps"] for r in rows] or [0]
     worst = min(full or rows, key=lambda r: r["goodput_bps"]) if rows else None
     times = [perf.t0, *perf.deliveries]
