@@ -24,6 +24,7 @@ def _namespaces(prefix: str) -> list[str]:
         if Path("/run/netns").exists() else []
 
 
+@pytest.mark.timeout(960)  # the demo fails itself when delivery stops; a busy machine is slow
 def test_demo_quick(tmp_path: Path, unique_name: str) -> None:
     out = tmp_path / "out"
     env = {**os.environ, "BRAID_RUN_DIR": str(tmp_path / "run")}
