@@ -376,7 +376,13 @@ def run_demo(args: argparse.Namespace) -> int:
 
         tl_err: list[str] = []
 
+        first_byte = threading.Event()
+
         def timeline() -> None:
+            # Time 0 of the timeline is the first delivered byte, not the send:
+            # on a busy machine the handshake and first window can take a second,
+            # and a fault must hit a transfer that is running.
+            first_byte.wait(timeout=stall_limit)
             try:
                 run_timeline(tb, events, workload=send, echo=echo, timeout=limit)
             except Exception as exc:
@@ -389,6 +395,8 @@ def run_demo(args: argparse.Namespace) -> int:
         while send.poll() is None:
             el = time.monotonic() - t0
             got = progress.update(sampler.rows, time.monotonic())
+            if got > 0:
+                first_byte.set()
             if sampler.error is None and progress.idle(time.monotonic()) > stall_limit:
                 failure = (f"no progress for {stall_limit:g} s: {got / 2**20:.1f} of "
                            f"{size / 2**20:.0f} MiB delivered by t={el:.1f}s")
