@@ -56,8 +56,19 @@ def register(subparsers: Any) -> None:
     rn.add_argument("timeline")
     rn.add_argument("--timeout", type=float, default=600.0,
                     help="stop the workload after this many seconds")
-    rn.add_argument("argv", nargs=argparse.REMAINDER, help="-- WORKLOAD CMD...")
+    rn.add_argument("argv", nargs=argparse.REMAINDER,
+                    help="[--timeout S] [--name N] -- WORKLOAD CMD... (options may also "
+                    "follow the timeline)")
     rn.set_defaults(func=cmd_run)
+
+    dm = sub.add_parser("daemons", help="start or stop a Braid daemon on every host "
+                        "(configs and key from 'testbed up', in the run directory)")
+    dm.add_argument("action", choices=("up", "down", "status"))
+    dm.add_argument("hosts", nargs="*", help="only these hosts (default: all)")
+    dm.add_argument("--name")
+    dm.add_argument("--qlog", action="store_true",
+                    help="each daemon writes RUN_DIR/hosts/HOST.qlog")
+    dm.set_defaults(func=cmd_daemons)
 
 
 def _default_name(name: str | None) -> str:
@@ -83,7 +94,21 @@ def cmd_up(a: argparse.Namespace) -> int:
                                               for k in sorted(set(kinds))))
     print(f"  host i plane p = 10.p.i.2, e.g. h0 plane 0 = {tb.address(0, 0)}")
     print(f"  run: braid testbed exec --name {tb.name} h0 -- CMD")
+    _write_daemon_configs(tb)
     return 0
+
+
+def _write_daemon_configs(tb: Any) -> None:
+    """A key and one daemon config per host in the run directory (testbed/daemons.py)."""
+    from testbed.daemons import key_path, write_host_configs
+
+    try:
+        cfgs = write_host_configs(tb)
+    except BaseException:
+        tb.down()
+        raise
+    print(f"  key {key_path(tb)}, daemon configs {cfgs[tb.hosts[0]].parent}/h*.toml: "
+          f"braid testbed daemons up")
 
 
 def cmd_down(a: argparse.Namespace) -> int:
@@ -106,6 +131,7 @@ def cmd_down(a: argparse.Namespace) -> int:
 
 
 def cmd_status(a: argparse.Namespace) -> int:
+    from testbed.daemons import status as daemon_status
     from testbed.fabric import Testbed
 
     names = [a.name] if a.name else list_names(DEFAULT_RUN_ROOT)
@@ -118,13 +144,18 @@ def cmd_status(a: argparse.Namespace) -> int:
         if a.json:
             print(json.dumps({"name": name, "status": tb.state.data["status"],
                               "hosts": {h: [tb.address(h, p) for p in tb.planes]
-                                        for h in tb.hosts}, "ports": stats}, indent=1))
+                                        for h in tb.hosts}, "ports": stats,
+                              "daemons": daemon_status(tb)}, indent=1))
             continue
         print(f"testbed {name}: {tb.state.data['status']}, {tb.topo.kind}, "
               f"{len(tb.hosts)} hosts x {len(tb.planes)} planes, run dir {tb.run_dir}")
+        daemons = daemon_status(tb)
         for h in tb.hosts:
+            d = daemons.get(h)
+            dtext = "" if d is None else (f"  daemon pid {d['pid']}" if d["alive"]
+                                          else f"  daemon DEAD (log {d['log']})")
             print(f"  {h:4} ns {tb.netns(h):16} " + " ".join(
-                f"p{p}={tb.address(h, p)}" for p in tb.planes))
+                f"p{p}={tb.address(h, p)}" for p in tb.planes) + dtext)
         for plane, alive in tb.elements_alive().items():
             if not alive:
                 print(f"  WARNING: the link element of plane {plane} is not running "
@@ -166,17 +197,54 @@ def cmd_fault(a: argparse.Namespace) -> int:
     return 0
 
 
+def run_args(a: argparse.Namespace) -> tuple[float, str | None, list[str]]:
+    """(timeout, name, workload argv) of ``testbed run``: options given after the
+    timeline (``run TL --timeout 150 -- CMD``) land in the remainder; take them
+    out of it, up to ``--`` (without ``--``, only when the remainder starts with
+    an option: ``run TL --timeout 5``)."""
+    rest = list(a.argv)
+    if "--" in rest:
+        i = rest.index("--")
+        opts, cmd = rest[:i], rest[i + 1:]
+    elif rest and rest[0].startswith("-"):
+        opts, cmd = rest, []
+    else:
+        opts, cmd = [], rest
+    timeout, name = a.timeout, a.name
+    if opts:
+        p = argparse.ArgumentParser(prog="braid testbed run", add_help=False)
+        p.add_argument("--timeout", type=float)
+        p.add_argument("--name")
+        try:
+            ns, unknown = p.parse_known_args(opts)
+        except SystemExit:
+            raise UserError(f"bad options after the timeline: {' '.join(opts)} "
+                            "(use: --timeout SECONDS, --name NAME)") from None
+        if unknown:
+            raise UserError(f"unknown option {unknown[0]!r} before '--' "
+                            "(braid testbed run TIMELINE [--timeout S] [--name N] -- CMD...)")
+        timeout = ns.timeout if ns.timeout is not None else timeout
+        name = ns.name or name
+    if timeout <= 0:
+        raise UserError("--timeout must be positive")
+    return timeout, name, cmd
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     from testbed.fabric import Testbed
     from testbed.faults import load_timeline, run_timeline
 
-    tb = Testbed.attach(_default_name(a.name))
+    timeout, name, argv = run_args(a)
+    a.timeout = timeout
+    tb = Testbed.attach(_default_name(name))
     events = load_timeline(a.timeline)
-    argv = _argv(a.argv)
     proc = None
     if argv:
         env = {**os.environ, "BRAID_TESTBED": tb.name}
-        proc = subprocess.Popen(argv, env=env)
+        try:
+            proc = subprocess.Popen(argv, env=env)
+        except FileNotFoundError:
+            raise UserError(f"command not found: {argv[0]}") from None
     try:
         run_timeline(tb, events, workload=proc, echo=lambda s: print(s, flush=True),
                      timeout=a.timeout)
@@ -195,3 +263,32 @@ def cmd_run(a: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def cmd_daemons(a: argparse.Namespace) -> int:
+    from testbed import daemons
+    from testbed.fabric import Testbed
+
+    tb = Testbed.attach(_default_name(a.name))
+    hosts = a.hosts or None
+    if a.action == "up":
+        started = daemons.start_daemons(
+            tb, hosts, qlog_dir=(tb.run_dir / daemons.HOSTS_DIR) if a.qlog else None)
+        already = [h for h in (hosts or tb.hosts) if h not in started]
+        for h, pid in started.items():
+            print(f"{h}: daemon pid {pid}, socket {daemons.socket_path(tb, h)}")
+        if already:
+            print(f"already running: {' '.join(already)}")
+        print(f"send: braid perf {tb.hosts[0]} {tb.hosts[-1]} --size 64MiB   "
+              f"key log: {daemons.keylog_path(tb)}")
+    elif a.action == "down":
+        stopped = daemons.stop_daemons(tb, hosts)
+        print(f"stopped: {' '.join(stopped)}" if stopped else "no daemon was running")
+    else:
+        st = daemons.status(tb)
+        if not st:
+            print("no daemons (braid testbed daemons up)")
+        for h, d in st.items():
+            print(f"{h}: {'running pid ' + str(d['pid']) if d['alive'] else 'DEAD'}  "
+                  f"socket {d['socket']}  log {d['log']}")
+    return 0

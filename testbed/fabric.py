@@ -506,10 +506,13 @@ def _element_kinds(topo: Topology, default: str | None) -> dict[str, str]:
 
 def _teardown(state: RunState) -> None:
     """Kill recorded processes and anything in our namespaces, remove namespaces."""
+    from testbed.daemons import DAEMON_MARK
+
     names = [o["name"] for o in state.objects("netns")]
     prefix = state.data["prefix"]
     procs = [o["pid"] for o in state.objects("process")
-             if o.get("pid") and ELEMENT_MARK in nsutil.pid_cmdline(o["pid"])]
+             if o.get("pid") and any(mark in nsutil.pid_cmdline(o["pid"])
+                                     for mark in (ELEMENT_MARK, DAEMON_MARK))]
     nsutil.kill_pids(procs + nsutil.pids_in(names))
     for name in reversed(names):
         if not name.startswith(prefix):

@@ -378,10 +378,10 @@ def load_timeline(path: str | Path) -> list[TimelineEvent]:
 
 def run_timeline(tb: Testbed, events: list[TimelineEvent],
                  workload: subprocess.Popen[Any] | None = None,
-                 echo: Callable[[str], None] | None = None, timeout: float = 600.0
-                 ) -> list[str]:
-    """Replay a timeline; stops early if the workload exits. Validates every
-    event against the topology before the first one fires."""
+                 echo: Callable[[str], None] | None = None, timeout: float = 600.0,
+                 until: Callable[[], bool] | None = None) -> list[str]:
+    """Replay a timeline; stops early if the workload exits (or ``until()`` says
+    so). Validates every event against the topology before the first one fires."""
     steps = []
     for ev in events:
         try:
@@ -393,6 +393,6 @@ def run_timeline(tb: Testbed, events: list[TimelineEvent],
 
     def stop() -> bool:
         return (workload is not None and workload.poll() is not None) or \
-            time.monotonic() > deadline
+            (until is not None and until()) or time.monotonic() > deadline
 
     return run_steps(steps, echo=echo, stop=stop)

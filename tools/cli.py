@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "testbed.cli",
     "tools.cmd_daemon",
     "tools.cmd_transfer",
+    "tools.cmd_perf",
     "tools.trace_cli",
 )
 

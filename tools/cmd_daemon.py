@@ -21,6 +21,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--qlog", metavar="FILE",
                    help="write a qlog-style JSON-lines event log (sends, ACKs, NACKs, trims, "
                    "retransmissions, EV states, cwnd)")
+    p.add_argument("--keylog", metavar="FILE",
+                   help="append every connection's traffic keys to FILE (mode 0600), like "
+                   "SSLKEYLOGFILE: 'braid trace decode --keylog FILE' then opens captures of "
+                   "any plane without their handshake (also: keylog = \"FILE\" in the config)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)
 
@@ -68,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         secret = load_secret(cfg)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
+    if args.keylog:
+        from pathlib import Path
+
+        cfg.keylog = Path(args.keylog)
     if args.qlog:
         try:
             open(args.qlog, "a").close()

@@ -46,8 +46,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--element", choices=("ebpf", "userspace"), default=None,
                    help="switch port implementation (default: the eBPF port where it "
                         "loads, else the userspace element)")
-    p.add_argument("--timeout", type=float, default=150.0,
-                   help="give up on the transfer after this many seconds (default 150)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="also give up on a transfer that is still progressing after this "
+                        "many seconds (default: never; only --stall-timeout fails it)")
+    p.add_argument("--stall-timeout", type=float, default=30.0, metavar="S",
+                   help="fail when no byte is delivered for S seconds (default 30)")
     p.set_defaults(func=run)
 
 

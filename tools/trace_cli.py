@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
 
     dec = sub.add_parser("decode", help="one line per Braid packet")
     dec.add_argument("file", type=Path)
-    dec.add_argument("--key", type=Path, help="cluster key file: verify tags, open payloads")
+    _key_args(dec)
     dec.add_argument("--json", action="store_true", help="one JSON object per line")
     dec.add_argument("--limit", type=int, help="stop after N packets")
     dec.set_defaults(func=_decode)
@@ -53,6 +53,7 @@ def register(subparsers: Any) -> None:
     st = sub.add_parser("stats", help="per connection / plane / EV statistics")
     st.add_argument("file", type=Path)
     st.add_argument("--json", action="store_true")
+    _key_args(st)
     st.add_argument("--max-evs", type=int, default=40, help="EV rows in the text table")
     st.set_defaults(func=_stats)
 
@@ -61,6 +62,46 @@ def register(subparsers: Any) -> None:
     pl.add_argument("-o", "--output", type=Path, required=True, help="PNG file")
     pl.add_argument("--title", help="figure title (default: the file name)")
     pl.set_defaults(func=_plot)
+
+
+def _key_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--key", type=Path, help="cluster key file: verify tags, open payloads "
+                   "(needs the connection's handshake in the capture)")
+    p.add_argument("--keylog", type=Path, metavar="FILE",
+                   help="key log of 'braid daemon --keylog': verify and open packets of any "
+                   "plane, without the handshake in the capture")
+    p.add_argument("--testbed", nargs="?", const="", metavar="NAME",
+                   help="use the key and key log of a running testbed's daemons (braid "
+                   "testbed daemons up); NAME defaults to the only testbed up")
+
+
+def _testbed_keys(name: str) -> tuple[Path, Path | None]:
+    from testbed.cli import _default_name
+    from testbed.daemons import KEY_FILE, KEYLOG_FILE
+    from testbed.state import DEFAULT_RUN_ROOT
+
+    run_dir = DEFAULT_RUN_ROOT / _default_name(name or None)
+    key, log = run_dir / KEY_FILE, run_dir / KEYLOG_FILE
+    if not key.exists():
+        raise UserError(f"testbed {run_dir.name!r} has no key ({key}): is it up?")
+    return key, (log if log.exists() else None)
+
+
+def _verifier(args: argparse.Namespace) -> Any:
+    if args.testbed is not None:
+        key, log = _testbed_keys(args.testbed)
+        args.key = args.key or key
+        args.keylog = args.keylog or log
+    if args.key is None and args.keylog is None:
+        return None
+    from tools.trace.keyring import KeyRing
+    from wire.keylog import KeyLogError
+    from wire.keys import KeyFileError
+
+    try:
+        return KeyRing.from_files(args.key, args.keylog)
+    except (KeyFileError, KeyLogError) as exc:
+        raise UserError(str(exc)) from None
 
 
 def _need_file(path: Path) -> None:
@@ -72,15 +113,7 @@ def _decode(args: argparse.Namespace) -> int:
     from tools.trace.decode import Verifier, format_line, read_packets, to_json
 
     _need_file(args.file)
-    verifier: Verifier | None = None
-    if args.key is not None:
-        from tools.trace.keyring import KeyRing
-        from wire.keys import KeyFileError
-
-        try:
-            verifier = KeyRing.from_file(args.key)
-        except KeyFileError as exc:
-            raise UserError(str(exc)) from None
+    verifier: Verifier | None = _verifier(args)
     out = sys.stdout
     t0: float | None = None
     try:
@@ -104,7 +137,7 @@ def _stats(args: argparse.Namespace) -> int:
 
     _need_file(args.file)
     try:
-        stats = TraceStats().add_all(read_packets(args.file))
+        stats = TraceStats().add_all(read_packets(args.file, verifier=_verifier(args)))
     except PcapError as exc:
         raise UserError(str(exc)) from None
     data = stats.to_json()

@@ -91,6 +91,8 @@ class Connection:
         # A responder builds its opener (and its 8192-slot replay window) only
         # when the first connection packet arrives: a replayed INIT costs less.
         self._opener_keys: DirectionKeys | bool | None = False
+        #: (send, receive) keys once derived, for a key log (``wire.keylog``).
+        self.traffic_keys: tuple[DirectionKeys, DirectionKeys] | None = None
         self._created = now
         self._now = now
         c = config
@@ -177,6 +179,7 @@ class Connection:
             initiator_cid=initiator_cid, responder_cid=responder_cid,
         )
         send, recv = keys.for_initiator() if self.initiator else keys.for_responder()
+        self.traffic_keys = (send, recv)
         self._sealer = Sealer(send, dcid=self.remote_cid)
         self._opener_keys = recv
 

@@ -127,6 +127,8 @@ class DaemonConfig:
     send_window: int = 64 << 20
     recv_buffer: int = 512 << 20
     source: str = "<config>"
+    #: Append per-connection traffic keys here (``wire.keylog``), mode 0600.
+    keylog: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: No payload_size configured: size DATA to the path MTU towards the
     #: configured peers (jumbo links give jumbo payloads), see ``auto_payload``.
@@ -154,7 +156,7 @@ def _addrs(src: str, key: str, value: object, port: int) -> list[PlaneAddr]:
 
 
 _TOP_KEYS = {"name", "port", "key", "socket", "planes", "peers", "connection", "pool", "rcvbuf",
-             "sndbuf", "drain_timeout", "send_window", "recv_buffer", "insecure"}
+             "sndbuf", "drain_timeout", "send_window", "recv_buffer", "insecure", "keylog"}
 
 
 def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
@@ -214,6 +216,8 @@ def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
             if v < (0 if k == "pool" else 1):
                 raise ConfigError(f"{src}: key '{k}': must be positive")
             setattr(cfg, k, v)
+    if "keylog" in data:
+        cfg.keylog = base / _want(src, "keylog", data["keylog"], str, "a file name")
     if "drain_timeout" in data:
         cfg.drain_timeout = float(_want(src, "drain_timeout", data["drain_timeout"],
                                         (int, float), "seconds"))
@@ -402,6 +406,7 @@ class Daemon:
         self._roles: dict[int, str] = {}
         self._cwnd: dict[int, int] = {}
         self.messages_delivered = 0
+        self._keylog: IO[str] | None = None
         self.bytes_delivered = 0
         self.messages_requeued = 0
         self.messages_cancelled = 0
@@ -419,6 +424,15 @@ class Daemon:
                 raise DaemonError(f"port in use: cannot bind {bad} ({exc.strerror}); "
                                   f"is another daemon running?") from None
             raise DaemonError(f"cannot bind plane address {bad}: {exc.strerror}") from None
+        if self.cfg.keylog is not None and self.secret is not None:
+            from wire.keylog import open_for_append
+
+            try:
+                self._keylog = open_for_append(self.cfg.keylog)
+            except OSError as exc:
+                self.io.close()
+                raise DaemonError(f"cannot write key log {self.cfg.keylog}: "
+                                  f"{exc.strerror}") from None
         try:
             self._server = await self._listen()
         except BaseException:
@@ -510,6 +524,8 @@ class Daemon:
         self.io.close()
         if self.qlog is not None:
             self.qlog.close()
+        if self._keylog is not None:
+            self._keylog.close()
         self.log("info", "daemon_stopped", code=code, **_flat(self.io.stats()))
         return code
 
@@ -541,6 +557,12 @@ class Daemon:
             self._roles[cid] = role
             self.log("info", "connection_established", peer=name, role=role, cid=cid,
                      remote_cid=ev.remote_cid)
+            if self._keylog is not None and conn.traffic_keys is not None:
+                from wire.keylog import format_lines
+
+                send, recv = conn.traffic_keys
+                self._keylog.write(format_lines(local_cid=cid, remote_cid=ev.remote_cid,
+                                                send=send, recv=recv))
             if p is not None and p.conn is conn and p.ready is not None and not p.ready.done():
                 p.ready.set_result(conn)
         elif isinstance(ev, ConnectionFailed) and ev.peer_forgot and p is not None \

@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 BIN = 0.25  # goodput timeline bin, seconds
+#: after the last fault fires, this long still counts as "during faults" (recovery)
+RECOVERY = 1.0
+PHASES = ("slow_start", "before_faults", "during_faults", "after_faults")
 #: the element stats files are rewritten every 0.5 s: skip this much at the
 #: start of a plane-down window before calling its counters "while down".
 STATS_LAG = 0.6
@@ -75,45 +78,68 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
     # goodput timeline
     timeline = []
     k = 0
-    while k * BIN < end and k < 10_000:
+    while series and k * BIN < end and k < 10_000:
         a, b = k * BIN, min((k + 1) * BIN, end)
         if b - a > 1e-3:
             timeline.append({"t": round(a, 3),
                              "mbps": round((_at(series, b) - _at(series, a)) * 8 / (b - a)
                                            / 1e6, 2)})
         k += 1
-    # longest delivery gap (sample resolution)
-    gap, gap_at = 0.0, None
-    last_t, last_b = 0.0, -1
+    overall = _rate(series, first, end) or 0.0
+    # Slow start ends at the first bin that reaches half the overall goodput:
+    # stalls and gaps before it are the window opening, not a fault's doing.
+    startup_end = next((x["t"] + BIN for x in timeline if x["t"] >= first
+                        and x["mbps"] >= 0.5 * overall), first)
+    fault_times = [f["t"] for f in fired]
+    f_first = min(fault_times) if fault_times else None
+    f_last = max(fault_times) if fault_times else None
+
+    def phase_of(t: float) -> str:
+        if t < startup_end:
+            return "slow_start"
+        if f_first is None or t < f_first:
+            return "before_faults"
+        if f_last is not None and t <= f_last + RECOVERY:
+            return "during_faults"
+        return "after_faults"
+
+    # delivery gaps (sample resolution), the longest per phase by where it starts
+    gaps: dict[str, tuple[float, float | None]] = {ph: (0.0, None) for ph in PHASES}
+    last_t, last_b = first, -1
     for t, b in series:
         if b <= 0 or t > end + 1e-9:
             continue
         if last_b >= 0 and b > last_b:
-            if t - last_t > gap:
-                gap, gap_at = t - last_t, last_t
+            ph = phase_of(last_t)
+            if t - last_t > gaps[ph][0]:
+                gaps[ph] = (t - last_t, last_t)
             last_t, last_b = t, b
         elif last_b < 0:
             last_t, last_b = t, b
-    # longest stall: consecutive goodput bins under 10% of the overall goodput
-    # (catches a crawl that never quite stops, which the delivery gap misses)
-    overall = _rate(series, first, end) or 0.0
-    stall, stall_at, run_start = 0.0, None, None
-    for x in [*timeline[1:], {"t": end, "mbps": float("inf")}]:
+    # stalls: consecutive goodput bins under 10% of the overall goodput (catches
+    # a crawl that never quite stops, which the delivery gap misses)
+    stalls: dict[str, tuple[float, float | None]] = {ph: (0.0, None) for ph in PHASES}
+    run_start = None
+    for x in [*timeline, {"t": end, "mbps": float("inf")}]:
+        if x["t"] < first:
+            continue
         if x["mbps"] < 0.1 * overall:
             run_start = x["t"] if run_start is None else run_start
         elif run_start is not None:
-            if x["t"] - run_start > stall:
-                stall, stall_at = x["t"] - run_start, run_start
+            ph = phase_of(run_start)
+            if x["t"] - run_start > stalls[ph][0]:
+                stalls[ph] = (x["t"] - run_start, run_start)
             run_start = None
-    # fault windows
-    fault_times = [f["t"] for f in fired]
-    f_first = min(fault_times) if fault_times else None
-    f_last = max(fault_times) if fault_times else None
+    # the headline numbers leave slow start out (reported apart)
+    gap, gap_at = max((gaps[ph] for ph in PHASES[1:]), key=lambda g: g[0])
+    stall, stall_at = max((stalls[ph] for ph in PHASES[1:]), key=lambda g: g[0])
+    before_from = max(startup_end, first)
     phases = {
-        "before_fault": _rate(series, first, f_first if f_first is not None else end),
-        "during_faults": _rate(series, f_first, min(f_last, end))
+        "before_fault": _rate(series, before_from, f_first if f_first is not None else end)
+        if (f_first if f_first is not None else end) - before_from >= 0.5 else None,
+        "during_faults": _rate(series, f_first, min(f_last + RECOVERY, end))
         if f_first is not None and f_last is not None else None,
-        "after_faults": _rate(series, f_last, end) if f_last is not None else None,
+        "after_faults": _rate(series, f_last + RECOVERY, end) if f_last is not None else None,
         "overall": _rate(series, first, end),
     }
     phases = {k: (round(v, 1) if v is not None else None) for k, v in phases.items()}
@@ -157,26 +183,37 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
              and x["t"] + BIN <= end][1:]
     after_median = statistics.median(after) if after else None
     last: dict[str, Any] = next((r for r in reversed(rows) if "receiver" in r), {})
+    # When the transfer failed, 'braid send' printed no summary: take what the
+    # sampled daemon stats know (the sender's counters, the receiver's bytes).
     snd = send or {}
+    ls: dict[str, Any] = next((r["sender"] for r in reversed(rows) if r.get("sender")), {})
+    received = (recv or {}).get("bytes")
+    if received is None:
+        received = int(final)
     return {
         "sender": sender, "receiver": receiver,
         "transfer": {
-            "bytes": size, "received_bytes": (recv or {}).get("bytes"),
+            "bytes": size, "received_bytes": received,
+            "received_from": "braid recv" if recv else "receiver daemon stats",
             "verified": bool(recv and recv.get("verified") and recv.get("bytes") == size),
-            "send_seconds": snd.get("seconds"), "goodput_Mbps": (
-                round(snd["goodput_Gbps"] * 1000, 1) if snd.get("goodput_Gbps") else None),
+            "send_seconds": snd.get("seconds", round(end, 3)), "goodput_Mbps": (
+                round(snd["goodput_Gbps"] * 1000, 1) if snd.get("goodput_Gbps")
+                else phases["overall"] or 0.0),
             "first_byte_at": round(first, 3), "last_byte_at": round(end, 3),
         },
         "counters": {
-            "packets": snd.get("packets"), "retransmissions": snd.get("retransmissions"),
-            "nacks": snd.get("nacks"), "trims_seen_by_sender": snd.get("trims"),
-            "rtos": snd.get("rtos"),
+            "packets": snd.get("packets", ls.get("packets_sent") or 0),
+            "retransmissions": snd.get("retransmissions", ls.get("retransmissions") or 0),
+            "nacks": snd.get("nacks", ls.get("nacks_received") or 0),
+            "trims_seen_by_sender": snd.get("trims", (ls.get("trims_fabric") or 0)
+                                            + (ls.get("trims_last_hop") or 0)),
+            "rtos": snd.get("rtos", ls.get("rtos") or 0),
             "trims_received": (last.get("receiver", {}).get("trimmed_received_fabric", 0) or 0)
             + (last.get("receiver", {}).get("trimmed_received_last_hop", 0) or 0),
-            "duplicates_received": last.get("receiver", {}).get("duplicates_received"),
+            "duplicates_received": last.get("receiver", {}).get("duplicates_received") or 0,
             "fabric": fabric,
         },
-        "plane_share_sender": snd.get("plane_share"),
+        "plane_share_sender": snd.get("plane_share") or _sender_share(rows, planes),
         "plane_share_fabric": {str(q): round(v / tot, 4) for q, v in el_total.items()},
         "goodput_Mbps": phases,
         "after_faults_bins": {
@@ -188,6 +225,15 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
         "gap_resolution_s": 0.125,
         "longest_stall_s": round(stall, 3),
         "longest_stall_starts_at": round(stall_at, 3) if stall_at is not None else None,
+        # by phase: slow start (until the first 250 ms bin at half the overall
+        # goodput), before the first fault, during faults (+1 s), after them
+        "slow_start_ends_at": round(startup_end, 3),
+        "gaps_by_phase": {ph: {"seconds": round(g, 3),
+                               "starts_at": None if at is None else round(at, 3)}
+                          for ph, (g, at) in gaps.items()},
+        "stalls_by_phase": {ph: {"seconds": round(st, 3),
+                                 "starts_at": None if at is None else round(at, 3)}
+                            for ph, (st, at) in stalls.items()},
         "timeline_planned": events, "faults_fired": fired,
         "plane_down_windows": down_windows,
         "goodput_timeline": timeline,
@@ -195,17 +241,53 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
     }
 
 
+def _sender_share(rows: list[dict[str, Any]], planes: list[int]) -> dict[str, float]:
+    last: dict[str, Any] = next((r["sender_planes"] for r in reversed(rows)
+                                 if r.get("sender_planes")), {})
+    sent = {str(q): int((last.get(str(q)) or {}).get("sent") or 0) for q in planes}
+    tot = sum(sent.values())
+    return {q: round(v / tot, 4) for q, v in sent.items()} if tot else {}
+
+
+def _num(v: Any, fmt: str = "", missing: str = "-") -> str:
+    """A figure for the text report: never 'None'."""
+    return missing if v is None else format(v, fmt)
+
+
+def _phase_text(by_phase: dict[str, dict[str, Any]], scale: float, unit: str) -> str:
+    names = {"slow_start": "slow start", "before_faults": "before faults",
+             "during_faults": "during faults", "after_faults": "after faults"}
+    parts = []
+    for ph in ("during_faults", "after_faults", "before_faults", "slow_start"):
+        x = by_phase.get(ph) or {}
+        if x.get("seconds"):
+            parts.append(f"{names[ph]} {x['seconds'] * scale:.0f} {unit} "
+                         f"(t={x['starts_at']:.2f}s)")
+        else:
+            parts.append(f"{names[ph]} none")
+    return "; ".join(parts)
+
+
 def print_report(rep: dict[str, Any]) -> None:
     tr, c, g = rep["transfer"], rep["counters"], rep["goodput_Mbps"]
     ok = "OK, byte-exact (BLAKE2b per chunk)" if tr["verified"] else "NOT VERIFIED"
     print("\n=== braid demo report ===")
-    print(f"transfer {rep['sender']} -> {rep['receiver']}: {tr['bytes'] / 2**20:.0f} MiB in "
-          f"{tr['send_seconds']} s, {tr['goodput_Mbps']} Mbit/s  [{ok}]")
+    if rep.get("failure"):
+        print(f"FAILED: {rep['failure']}")
+        got = tr.get("received_bytes") or 0
+        print(f"transfer {rep['sender']} -> {rep['receiver']}: {got / 2**20:.1f} of "
+              f"{tr['bytes'] / 2**20:.0f} MiB delivered in {_num(tr['send_seconds'], '.1f')} s "
+              f"(per {tr.get('received_from', 'the receiver')}), "
+              f"{_num(tr['goodput_Mbps'], '.1f')} Mbit/s while it ran  [{ok}]")
+    else:
+        print(f"transfer {rep['sender']} -> {rep['receiver']}: {tr['bytes'] / 2**20:.0f} MiB "
+              f"in {_num(tr['send_seconds'])} s, {_num(tr['goodput_Mbps'])} Mbit/s  [{ok}]")
     print("faults fired: " + ("; ".join(f"{f['t']:.2f}s {f['event']}"
                                         for f in rep["faults_fired"]) or "none"))
-    print("goodput (Mbit/s): before fault {} | during faults {} | after faults {} | "
-          "overall {}".format(*(g[k] if g[k] is not None else "-" for k in (
-              "before_fault", "during_faults", "after_faults", "overall"))))
+    print("goodput (Mbit/s): slow start until {:.2f}s | before faults {} | during faults {} | "
+          "after faults {} | overall {}".format(rep.get("slow_start_ends_at", 0.0), *(
+              _num(g[k]) for k in ("before_fault", "during_faults", "after_faults",
+                                   "overall"))))
     print(f"packets {c['packets']}  retransmissions {c['retransmissions']}  NACKs {c['nacks']}"
           f"  trims received {c['trims_received']}  RTOs {c['rtos']}  "
           f"fabric: trimmed {c['fabric']['trimmed']} CE-marked {c['fabric']['marked']} "
@@ -227,14 +309,15 @@ def print_report(rep: dict[str, Any]) -> None:
         print(f"after the faults, per 250 ms: min {ab['min_Mbps']} Mbit/s, median "
               f"{ab['median_Mbps']}, {ab['below_half_median']} of {ab['bins']} bins below "
               "half the median")
-    print(f"longest delivery gap: {rep['longest_delivery_gap_s'] * 1000:.0f} ms"
-          + (f" (from t={rep['longest_gap_starts_at']:.2f}s)"
-             if rep["longest_gap_starts_at"] is not None else "")
-          + f" (resolution {rep['gap_resolution_s'] * 1000:.0f} ms)")
-    if rep["longest_stall_s"]:
-        print(f"longest stall (goodput < 10% of overall): {rep['longest_stall_s']:.2f} s "
-              f"from t={rep['longest_stall_starts_at']:.2f}s")
+    print(f"longest delivery gap (resolution {rep['gap_resolution_s'] * 1000:.0f} ms): "
+          + _phase_text(rep.get("gaps_by_phase") or {}, 1000, "ms"))
+    print("longest stall (goodput < 10% of overall): "
+          + _phase_text(rep.get("stalls_by_phase") or {}, 1000, "ms"))
     tl = rep["goodput_timeline"]
+    if not tl:
+        print("goodput timeline: no samples" + (f" (sampler: {rep['sampler_error']})"
+                                                if rep.get("sampler_error") else ""))
+        return
     print("goodput timeline (Mbit/s per 250 ms):")
     for i in range(0, len(tl), 8):
         print("  " + "  ".join(f"{x['t']:5.2f}s {x['mbps']:5.1f}" for x in tl[i:i + 8]))
@@ -242,51 +325,73 @@ def print_report(rep: dict[str, Any]) -> None:
 
 def write_plot(rep: dict[str, Any], rows: list[dict[str, Any]], t0: float, path: Path
                ) -> None:
+    """Fault lanes on top, goodput, then one small panel per plane (same scale):
+    nothing overplots, the legend is the panels' own labels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    from tools.plotting import draw_fault_lanes, fault_lanes, fault_spans, plane_colour
+
     tl = rep["goodput_timeline"]
-    ax1.step([x["t"] for x in tl] + ([tl[-1]["t"] + BIN] if tl else []),
-             [x["mbps"] for x in tl] + ([tl[-1]["mbps"]] if tl else []), where="post",
-             color="black", label="goodput (250 ms bins)")
-    ax1.set_ylabel("goodput (Mbit/s)")
-    ax1.set_title(f"braid demo: {rep['transfer']['bytes'] / 2**20:.0f} MiB "
-                  f"{rep['sender']} -> {rep['receiver']}, 4 planes leaf-spine")
-    prev = None
+    end = max([rep.get("duration_s") or 0.0] + [x["t"] + BIN for x in tl])
+    lanes = fault_lanes([(e["at"], e["fault"]) for e in rep["timeline_planned"]], end)
     rates: dict[str, list[tuple[float, float]]] = {}
+    prev = None
     for r in rows:
         if "sender_planes" not in r:
             continue
-        if prev is not None:
+        if prev is not None and r["mono"] > prev["mono"]:
             dt = r["mono"] - prev["mono"]
             for p, v in r["sender_planes"].items():
                 pv = prev["sender_planes"].get(p, {}).get("sent", 0)
                 rates.setdefault(p, []).append((r["mono"] - t0, (v["sent"] - pv) / dt))
         prev = r
-    for p, pts in sorted(rates.items()):
-        ax2.plot([a for a, _ in pts], [b for _, b in pts], label=f"plane {p}")
-    ax2.set_ylabel("sender packets/s per plane")
-    ax2.set_xlabel("seconds since transfer start")
-    ymax = max((x["mbps"] for x in tl), default=1.0)
-    for f in rep["faults_fired"]:
-        for ax in (ax1, ax2):
-            ax.axvline(f["t"], color="red", alpha=0.4, linestyle="--", linewidth=0.8)
-    # one numbered tag per planned event (a flap fires many steps), legend below
-    planned = rep["timeline_planned"]
-    for i, e in enumerate(planned, 1):
-        ax1.text(e["at"], ymax * (1.04 + 0.09 * ((i - 1) % 3)), str(i), fontsize=8,
-                 color="red", ha="center", va="bottom", fontweight="bold")
-    if planned:
-        fig.text(0.01, 0.005, "faults: " + "   ".join(
-            f"{i}: {e['at']:g}s {e['fault']}" for i, e in enumerate(planned, 1)),
-            fontsize=7, color="red", wrap=True, va="bottom")
-    ax1.set_ylim(0, ymax * 1.35 + 1)
-    ax1.legend(loc="lower left")
-    ax2.legend(loc="upper right", fontsize=8)
-    ax2.set_xlim(left=0)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(path, dpi=110)
+    planes = sorted(rates, key=int)
+    heights = [0.35 * max(len(lanes), 1) + 0.3, 2.2] + [0.75] * len(planes)
+    fig, axes = plt.subplots(len(heights), 1, figsize=(11, sum(heights) + 1.2), sharex=True,
+                             gridspec_kw={"height_ratios": heights, "hspace": 0.12})
+    lane_ax, gp_ax, plane_axes = axes[0], axes[1], list(axes[2:])
+    tr = rep["transfer"]
+    lane_ax.set_title(f"braid demo: {tr['bytes'] / 2**20:.0f} MiB {rep['sender']} -> "
+                      f"{rep['receiver']}, {len(planes) or '?'} planes"
+                      + ("" if rep.get("ok", True) else "  (FAILED)"), fontsize=11,
+                      loc="center")
+    if lanes:
+        draw_fault_lanes(lane_ax, lanes, xmax=end)
+        lane_ax.set_title("faults (one row per target)", fontsize=8, loc="left")
+    else:
+        lane_ax.set_axis_off()
+    for a, b in fault_spans(lanes):
+        for ax in (gp_ax, *plane_axes):
+            ax.axvspan(a, b, color="red", alpha=0.06, linewidth=0)
+    if tl:
+        gp_ax.step([x["t"] for x in tl] + [tl[-1]["t"] + BIN],
+                   [x["mbps"] for x in tl] + [tl[-1]["mbps"]], where="post", color="black",
+                   linewidth=1.2)
+    gp_ax.set_ylabel("goodput\nMbit/s\n(250 ms)", fontsize=8)
+    gp_ax.set_ylim(bottom=0)
+    ymax = max((v for pts in rates.values() for _, v in pts), default=1.0) * 1.1
+    for ax, p in zip(plane_axes, planes, strict=True):
+        pts = rates[p]
+        ax.fill_between([a for a, _ in pts], [b for _, b in pts], step=None,
+                        color=plane_colour(int(p)), alpha=0.35, linewidth=0)
+        ax.plot([a for a, _ in pts], [b for _, b in pts], color=plane_colour(int(p)),
+                linewidth=1)
+        ax.set_ylim(0, ymax)
+        ax.set_ylabel(f"plane {p}", fontsize=8, rotation=0, ha="right", va="center")
+        ax.tick_params(axis="y", labelsize=7)
+        for target, bars in lanes:  # the plane's own outages, hatched in its panel
+            if target == f"plane {p}":
+                for bar in bars:
+                    ax.axvspan(bar.start, bar.end, facecolor="none", edgecolor="red",
+                               hatch="///", alpha=0.5, linewidth=0)
+    axes[-1].set_xlabel("seconds since transfer start")
+    axes[-1].set_xlim(0, end)
+    if plane_axes:
+        top, bottom = plane_axes[0].get_position(), plane_axes[-1].get_position()
+        fig.text(0.01, (top.y1 + bottom.y0) / 2, "packets/s sent per plane (same scale)",
+                 rotation=90, va="center", ha="left", fontsize=8)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -27,6 +27,8 @@ def _us(v: float | None) -> str:
 def format_text(s: dict[str, Any], *, max_evs: int = 40) -> str:
     lines = [f"duration {s['duration_s']:.6f} s, {s['total']['packets']} Braid packets"
              + (f", malformed {s['malformed']}" if s["malformed"] else ""), ""]
+    if s.get("auth"):
+        lines[-1:-1] = ["verified: " + " ".join(f"{k}={v}" for k, v in s["auth"].items())]
     lines += ["per connection (dcid)", _HEAD]
     for dcid, c in s["connections"].items():
         lines.append(_row(dcid, c))

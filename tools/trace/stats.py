@@ -179,6 +179,7 @@ class TraceStats:
         self.evs: dict[tuple[int | None, int | None], Counters] = {}
         self.peer: dict[int, int] = {}  # dcid -> the other direction's dcid (from handshakes)
         self.malformed: Counter[str] = Counter()
+        self.auth: Counter[str] = Counter()  # verification results, with --key / --keylog
         self.first: float | None = None
         self.last: float | None = None
         # FIFO-evicted tables: OrderedDict.popitem(last=False) is O(1), whereas
@@ -202,6 +203,8 @@ class TraceStats:
         if h is None:
             self.malformed[pkt.error] += 1
             return
+        if pkt.auth and pkt.auth != "plaintext":
+            self.auth[pkt.auth] += 1
         f = _features(pkt)
         self.total.add(f)
         conn = self.connections.get(h.dcid)
@@ -273,7 +276,7 @@ class TraceStats:
                 else c.longest_gap_at - self.first
             )
             conns[f"{dcid:#x}"] = row
-        return {
+        out: dict[str, Any] = {
             "duration_s": 0.0 if self.first is None or self.last is None
             else self.last - self.first,
             "total": self.total.to_json(),
@@ -286,3 +289,6 @@ class TraceStats:
                                                   kv[0][1] or 0))],
             "rtt_unmatched_sacks": self.rtt_unmatched,
         }
+        if self.auth:  # only with --key / --keylog
+            out["auth"] = dict(sorted(self.auth.items()))
+        return out
