@@ -18,6 +18,7 @@ BENCHES: dict[str, str] = {
     "sim": "tools.bench_sim",
     "goodput": "tools.bench_goodput",
     "trace": "tools.bench_trace",
+    "claims": "tools.bench_claims",
 }
 
 

@@ -326,6 +326,7 @@ class Daemon:
         self._server: asyncio.AbstractServer | None = None
         self._clients: set[asyncio.StreamWriter] = set()
         self._receivers: set[asyncio.StreamWriter] = set()
+        self._readers: dict[asyncio.StreamWriter, asyncio.StreamReader] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._started = time.monotonic()
         self._roles: dict[int, str] = {}
@@ -539,6 +540,7 @@ class Daemon:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._clients.add(writer)
+        self._readers[writer] = reader
         try:
             while True:
                 try:
@@ -556,6 +558,7 @@ class Daemon:
             pass
         finally:
             self._clients.discard(writer)
+            self._readers.pop(writer, None)
             writer.close()
 
     async def _request(self, msg: dict[str, Any], body: bytes | None,
@@ -616,7 +619,11 @@ class Daemon:
         return error(f"unknown command {cmd!r} (send, connect, recv, stats, shutdown)")
 
     async def _stream_inbox(self, writer: asyncio.StreamWriter) -> None:
-        while not writer.is_closing():
+        # A receive client sends nothing after "recv", so EOF on its side means
+        # it went away: stop before popping a message it would never read (its
+        # half-open socket accepts the write and the message would be lost).
+        reader = self._readers.get(writer)
+        while not writer.is_closing() and not (reader is not None and reader.at_eof()):
             if not self.inbox:
                 if self.stopping and not self.endpoint.connections:
                     return

@@ -1,0 +1,204 @@
+"""Tables, plots and the docs section of ``braid bench claims``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tools.bench_common import markdown_table, replace_section, text_table
+from tools.claims import metrics as m
+
+DOCS_NAME = "claims"
+
+
+def _f(x: Any, nd: int = 2, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "NO"
+    if isinstance(x, int | float):
+        return f"{x:.{nd}f}{unit}"
+    return str(x)
+
+
+def _ms(x: Any) -> str:
+    return "-" if x is None else f"{x * 1000:.1f}"
+
+
+def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) per row of the matrix."""
+    out: list[tuple[str, list[str], list[list[str]]]] = []
+    R = data["rows"]
+    if "invisibility" in R and "per_stack" in R["invisibility"]:
+        rows = []
+        for k, v in R["invisibility"]["per_stack"].items():
+            ff, fl = v["fault_free"], v["faulted"]
+            rows.append([k, str(ff["n"]), _ms(ff["p50"]), _ms(ff["p99"]), _ms(ff["p100"]),
+                         str(fl["n"]), _ms(fl["p50"]), _ms(fl["p99"]), _ms(fl["p100"]),
+                         _f(v["ratio_p100"]) if fl["complete"] else "failed",
+                         str(fl["rtos"])])
+        out.append(("invisibility: step time (ms), fault-free vs fault timeline",
+                    ["stack", "steps", "p50", "p99", "p100", "steps (faulted)", "p50", "p99",
+                     "p100", "p100 ratio", "RTOs"], rows))
+    if "failover" in R and "per_stack" in R["failover"]:
+        rows = []
+        for k, v in R["failover"]["per_stack"].items():
+            ff, fl = v["fault_free"], v["faulted"]
+            rows.append([k, _f(fl["settle_ms"], 0), _f(fl["longest_gap_ms"], 0),
+                         _f(fl["stall_ms"], 0), _f(fl["capacity_mbps"], 1),
+                         _f(ff["settle_ms"], 0), _f(ff["longest_gap_ms"], 0),
+                         str(ff["empty_bins"]), _f(ff["goodput_mbps"], 1),
+                         _f(fl["complete"] and ff["complete"])])
+        out.append(("failover: plane 0 blackholed (ms; 10 ms bins, 100 ms windows)",
+                    ["stack", "settle", "longest gap", "stall", "surviving cap Mbit/s",
+                     "no-fault settle", "no-fault longest gap", "no-fault empty bins",
+                     "no-fault Mbit/s", "byte-exact"], rows))
+    if "loss" in R and "per_stack" in R["loss"]:
+        rows = []
+        for k, v in R["loss"]["per_stack"].items():
+            for rate, x in v.items():
+                rows.append([k, rate, _f(x["goodput_mbps"], 1), _f(x["capacity_mbps"], 1),
+                             _f(x["ratio"]), str(x["rtos"]), _f(x["complete"])])
+        out.append(("loss curve: goodput / capacity", ["stack", "loss", "Mbit/s",
+                                                       "capacity", "ratio", "RTOs",
+                                                       "byte-exact"], rows))
+    if "asymmetric" in R and "per_stack" in R["asymmetric"]:
+        rows = []
+        for k, v in R["asymmetric"]["per_stack"].items():
+            for case, x in v.items():
+                rows.append([k, case, _f(x["goodput_mbps"], 1), _f(x["capacity_mbps"], 1),
+                             _f(x["ratio"]), _f(x["complete"])])
+        out.append(("asymmetric planes: goodput / sum of plane capacities",
+                    ["stack", "case", "Mbit/s", "capacity", "ratio", "byte-exact"], rows))
+    if "compound" in R and "per_stack" in R["compound"]:
+        rows = [[k, str(v["longest_gap_after_fault_ms"]), str(v["empty_bins_after"]),
+                 _f(v["goodput_after_mbps"], 1), str(v["rtos"]), _f(v["srtt_ms"], 1),
+                 _f(v["complete"])] for k, v in R["compound"]["per_stack"].items()]
+        out.append(("compound: plane 0 down + 30% one-way loss on plane 1",
+                    ["stack", "longest gap ms", "empty bins", "Mbit/s after", "RTOs",
+                     "srtt ms", "byte-exact"], rows))
+    if "incast" in R and "per_stack" in R["incast"]:
+        rows = [[k, str(v["bursts"]), _f(v["completion_p50_over_ideal"]),
+                 _f(v["completion_p100_over_ideal"]), _f(v["ideal_ms"], 1), str(v["rtos"]),
+                 _f(v["victim_ratio"]), _f(v["complete"])]
+                for k, v in R["incast"]["per_stack"].items()]
+        out.append((f"incast {R['incast']['senders']}->1 with a victim flow",
+                    ["stack", "bursts", "p50/ideal", "p100/ideal", "ideal ms", "RTOs",
+                     "victim goodput ratio", "byte-exact"], rows))
+    if "fairness" in R and "per_stack" in R["fairness"]:
+        rows = []
+        for k, v in R["fairness"]["per_stack"].items():
+            for n, x in v.items():
+                rows.append([k, n, _f(x["jain_min"]), _f(x["jain_median"]),
+                             _f(x["newcomer_worst_ms"], 0), _f(x["newcomer_worst_rtts"], 1),
+                             _f(x["complete"])])
+        out.append(("fairness: flows into one host, started one after another",
+                    ["stack", "flows", "Jain min", "Jain median", "newcomer to 80% ms",
+                     "in srtts", "byte-exact"], rows))
+    return out
+
+
+def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> str:
+    env = data["environment"]
+    parts = [f"Measured {env['time']} at commit `{data['commit']}` on {env['machine']}, "
+             f"{env['cpus']} CPUs (shared with other work: absolute numbers are noisy, ratios "
+             f"within one sitting are the figures), {env['system']}, Python {env['python']}; "
+             f"{'--quick' if data['quick'] else 'full'} run, {data['hosts']} hosts x 2 planes "
+             f"at 100 Mbit/s, link element: {data['element']}; {data['seconds']:.0f} s."]
+    for title, header, rows in tables(data):
+        parts.append(f"**{title}**\n\n" + markdown_table(header, rows))
+    failed = [t for t in data["transfers"] if not t["ok"]]
+    parts.append(f"{len(data['transfers'])} runs; {len(failed)} with a failed transfer" + (
+        ": " + "; ".join(f"{t['row']}/{t['stack']}/{t['run']}: {t['reason']}"
+                         for t in failed[:12]) if failed else "."))
+    errs = {k: v["error"] for k, v in data["rows"].items() if "error" in v}
+    if errs:
+        parts.append("Rows that raised: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
+    for p in plots:
+        rel = p.relative_to(docs_dir) if docs_dir and p.is_relative_to(docs_dir) else p
+        parts.append(f"![{p.stem}]({rel})")
+    return "\n\n".join(parts)
+
+
+def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    out: list[Path] = []
+    R = data["rows"]
+    inv = R.get("invisibility", {}).get("series")
+    if inv:
+        stacks = sorted({k.split("/")[0] for k in inv})
+        fig, axes = plt.subplots(1, len(stacks), figsize=(4.2 * len(stacks), 3.4), squeeze=False)
+        for ax, st in zip(axes[0], stacks, strict=True):
+            for key, xs in sorted(inv.items()):
+                if key.split("/")[0] != st or not xs:
+                    continue
+                s = sorted(x * 1000 for x in xs)
+                ax.step(s, [(i + 1) / len(s) for i in range(len(s))], where="post",
+                        label="/".join(key.split("/")[1:]))
+            ax.set_xscale("log")
+            ax.set_title(f"{st}: step time CDF")
+            ax.set_xlabel("step time (ms)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        axes[0][0].set_ylabel("fraction of steps")
+        fig.tight_layout()
+        p = plots_dir / "claims-step-cdf.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(p)
+    for row, title in (("failover", "plane 0 blackholed"), ("compound",
+                                                            "plane 0 down + 30% loss on p1")):
+        series = R.get(row, {}).get("series")
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(9, 3.6))
+        for key, bins in sorted(series.items()):
+            w = m.windows(bins, 5)
+            ax.plot([(i + 5) * m.BIN_S for i in range(len(w))],
+                    [x * 8 / (5 * m.BIN_S) / 1e6 for x in w], label=key, lw=1)
+        if R[row].get("fault_at") is not None:
+            ax.axvline(R[row]["fault_at"], color="k", ls="--", lw=0.8)
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("goodput (Mbit/s, 50 ms)")
+        ax.set_title(f"{row}: {title}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        p = plots_dir / f"claims-{row}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(p)
+    return out
+
+
+def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: bool,
+              docs: str | None) -> Path:
+    from tools.bench_common import REPO_ROOT
+    from tools.errors import UserError
+
+    pngs: list[Path] = []
+    try:
+        pngs = plot(data, plots_dir)
+    except Exception as exc:  # the numbers matter more than the pictures
+        data["plot_error"] = f"{type(exc).__name__}: {exc}"
+    data["plots"] = [str(p) for p in pngs]
+    for title, header, rows in tables(data):
+        print(f"\n{title}\n" + text_table(header, rows))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "claims.json"
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise UserError(f"cannot write results to {out}: {exc.strerror}") from None
+    docs_path = Path(docs) if docs else REPO_ROOT / "docs" / "claims.md"
+    md = markdown(data, pngs, docs_path.parent)
+    (out / "claims.md").write_text(md + "\n")
+    if update_docs:
+        replace_section(docs_path, DOCS_NAME, md)
+    return path
