@@ -24,17 +24,20 @@ NAME = "claims"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tools.claims.rows import ROWS, STACKS
+    from tools.claims.rows import DEFAULT_ROWS, STACKS
 
-    parser.add_argument("--rows", default=",".join(ROWS),
-                        help=f"comma-separated rows to run, in this order (default: all: "
-                        f"{','.join(ROWS)})")
+    parser.add_argument("--rows", default=",".join(DEFAULT_ROWS),
+                        help=f"comma-separated rows to run, in this order (default: "
+                        f"{','.join(DEFAULT_ROWS)}; also: gaps, a diagnosis of Braid's "
+                        "fault-free empty 10 ms bins, with --daemon-qlog)")
     parser.add_argument("--stacks", default=",".join(STACKS),
                         help="comma-separated subset of braid,tcp,mptcp")
     parser.add_argument("--plots", default=None, metavar="DIR",
                         help="directory for the PNGs (default: docs/claims with --update-docs, "
                         "else the --out directory)")
     parser.add_argument("--name", default="claims", help="testbed name (default: claims)")
+    parser.add_argument("--daemon-qlog", action="store_true",
+                        help="daemons write <work>/hN.qlog (costs ~30%% goodput; for diagnosis)")
     parser.add_argument("--work", default=None, metavar="DIR",
                         help="daemon configs and logs (default: <out>/claims-run)")
 
@@ -84,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         progress(f"{time.monotonic() - t_start:6.1f}s {msg}")
 
-    fab = ClaimsFabric(n_hosts, args.name, work)
+    dargs = ["--qlog", str(work.resolve() / "{host}.qlog")] if args.daemon_qlog else []
+    fab = ClaimsFabric(n_hosts, args.name, work, dargs)
     results: dict[str, Any] = {}
     ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
     try:

@@ -75,7 +75,9 @@ class _Lines:
 
 
 class ClaimsFabric:
-    def __init__(self, hosts: int, name: str, work: Path) -> None:
+    def __init__(self, hosts: int, name: str, work: Path, daemon_args: list[str] | None = None
+                 ) -> None:
+        self.daemon_args = daemon_args or []
         self.n_hosts = hosts
         self.name = name
         self.work = work
@@ -86,10 +88,10 @@ class ClaimsFabric:
 
     # -- bring-up --------------------------------------------------------------------------
     def up(self) -> None:
+        import shutil
+
         from testbed import Testbed
         from wire.keys import new_cluster_key, write_key_file
-
-        import shutil
 
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.work)  # our own run directory from an earlier sitting
@@ -102,7 +104,8 @@ class ClaimsFabric:
             self.logs.append(log)
             env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
             self.daemons[h] = self.tb.popen(
-                f"h{h}", [sys.executable, "-m", "tools.cli", "daemon", "--config", str(cfg)],
+                f"h{h}", [sys.executable, "-m", "tools.cli", "daemon", "--config", str(cfg),
+                          *[a.replace("{host}", f"h{h}") for a in self.daemon_args]],
                 cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env)
         for h in range(self.n_hosts):
@@ -237,8 +240,8 @@ class ClaimsFabric:
             for h, rd in readers.items():
                 line = rd.readline(deadline)
                 if line is None or '"ready"' not in line:
-                    res = _parse_result(line) or {"errors": [f"h{h}: worker not ready: {line}"]}
-                    raise _RunFailed(h, res)
+                    raise _RunFailed(h, _parse_result(line) or {
+                        "errors": [f"h{h}: worker not ready: {line}"]})
             go = time.monotonic() + 0.3
             for p in procs.values():
                 assert p.stdin is not None

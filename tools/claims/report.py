@@ -96,6 +96,18 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
         out.append(("fairness: flows into one host, started one after another",
                     ["stack", "flows", "Jain min", "Jain median", "newcomer to 80% ms",
                      "in srtts", "byte-exact"], rows))
+    if "gaps" in R and "per_stack" in R["gaps"]:
+        rows = []
+        for k, v in R["gaps"]["per_stack"]["braid"].items():
+            a = v.get("analysis") or {}
+            c = a.get("causes") or {}
+            rows.append([k, _f(v["goodput_mbps"], 1), f"{v['empty_bins']}/{v['bins']}",
+                         str(v["longest_gap_ms"]),
+                         *[str(c.get(x, "-")) for x in ("handoff", "sender_stall",
+                                                        "retransmission", "window", "other")]])
+        out.append(("gaps: Braid's fault-free empty 10 ms bins and their causes",
+                    ["flow", "Mbit/s", "empty bins", "longest gap ms", "hand-off",
+                     "sender stall", "retransmission", "window", "other"], rows))
     return out
 
 

@@ -13,7 +13,7 @@ frame (Braid 1368 of 1494 bytes on IPv4; TCP 1448 of 1514).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,8 +53,9 @@ def _record(ctx: Ctx, row: str, stack: str, label: str, res: dict[int, dict[str,
     bad = sum(int(r.get("bad", 0)) for r in res.values())
     ok = not errs and bad == 0
     blocked = [f"h{h}->h{d}" for h, r in res.items() for d in r.get("blocked", [])]
+    warm = [w for r in res.values() for w in r.get("warmup_failures", [])]
     ctx.transfers.append({"row": row, "stack": stack, "run": label, "ok": ok,
-                          "blocked_flows": blocked,
+                          "blocked_flows": blocked, "warmup_failures": warm,
                           "bytes": sum(int(r.get("ok_bytes", 0)) for r in res.values()),
                           "bad_messages": bad, "reason": "; ".join(errs[:3]) or None,
                           "fired": next((r.get("fired") for r in res.values()), []),
@@ -73,7 +74,10 @@ def _stack_name(stack: str) -> str:
 
 
 # -- run builders ------------------------------------------------------------------------------
-def stream(ctx: Ctx, stack: str, flows: list[tuple[int, int, float, float, int | None]],
+Flow = tuple[int, int, float, float, int | None]
+
+
+def stream(ctx: Ctx, stack: str, flows: Sequence[Flow],
            duration: float, faults: list[tuple[float, str]] | None = None
            ) -> dict[int, dict[str, Any]]:
     """Flows (src, dst, start, stop, plane or None) of 64 KiB messages."""
@@ -282,7 +286,7 @@ def asymmetric(ctx: Ctx) -> dict[str, Any]:
 def compound(ctx: Ctx) -> dict[str, Any]:
     """Plane 0 dies while plane 1 (the survivor) loses 30% of the data one way."""
     dur, t_fault = ctx.q((1.6, 0.5), (3.0, 1.0))
-    first, end = 20, int(dur / m.BIN_S)
+    end = int(dur / m.BIN_S)
     faults = [(t_fault, "plane 0 down"), (t_fault, "link h0:p1 gray up 30%")]
     per: dict[str, Any] = {}
     series: dict[str, Any] = {}
@@ -412,6 +416,42 @@ def fairness(ctx: Ctx) -> dict[str, Any]:
     return {"stagger": stagger, "hold": hold, "per_stack": per, "series": series}
 
 
+def gaps(ctx: Ctx) -> dict[str, Any]:
+    """Fault-free Braid stream: what empties its 10 ms bins (needs --daemon-qlog
+    for the causes; without it only the application-level gaps)."""
+    from tools.claims import gaps as g
+    from tools.claims.worker import HEADER
+
+    dur = ctx.q(1.5, 4.0)
+    first, end = 20, int(dur / m.BIN_S)
+    out: dict[str, Any] = {}
+    series: dict[str, Any] = {}
+    for flows, label in (([(0, 3, 0.0, dur, None)], "h0->h3"),):
+        ctx.say(f"  gaps/braid: fault-free stream {label}, {dur:g} s")
+        res = stream(ctx, "braid", flows, dur)
+        ok = _record(ctx, "gaps", "braid", label, res)
+        bins = _bins(res, 3)
+        longest, empty = m.gaps(bins, first, end)
+        r: dict[str, Any] = {"empty_bins": empty, "longest_gap_ms": longest * 10,
+                             "bins": end - first, "complete": ok,
+                             "goodput_mbps": sum(bins[first:end]) * 8 / ((end - first) * m.BIN_S)
+                             / 1e6}
+        qlog = ctx.fab.work / "h0.qlog"
+        if qlog.exists() and qlog.stat().st_size > 0:
+            ppm = -(-(MSG + HEADER.size) // 1368)
+            r["analysis"] = g.classify(bins, res[3]["go"], g.load_qlog(qlog), MSG, ppm,
+                                       first, end)
+            ctx.say(f"  gaps/braid: {empty} empty bins: {r['analysis']['causes']}")
+        else:
+            r["analysis"] = None
+            ctx.say(f"  gaps/braid: {empty} empty bins (run with --daemon-qlog for causes)")
+        out[label] = r
+        series[label] = bins[:end]
+    return {"duration": dur, "per_stack": {"braid": out}, "series": series}
+
+
+#: Rows of the matrix, in the default order. ``gaps`` is a diagnosis, not a
+#: claim: run it on its own with ``--rows gaps --daemon-qlog``.
 ROWS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "invisibility": invisibility,
     "failover": failover,
@@ -420,7 +460,9 @@ ROWS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "compound": compound,
     "incast": incast,
     "fairness": fairness,
+    "gaps": gaps,
 }
+DEFAULT_ROWS = [r for r in ROWS if r != "gaps"]
 
 
 def _fmt(x: float | None) -> str:
