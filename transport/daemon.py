@@ -459,6 +459,9 @@ class Daemon:
             self.bytes_delivered += len(ev.data)
             self.inbox.append((name, ev.msg_id, ev.data))
             self.inbox_bytes += len(ev.data)
+            if self.qlog is not None:
+                self.qlog.event(time.monotonic(), "message_delivered", peer=name,
+                                msg_id=ev.msg_id, bytes=len(ev.data))
             while self.inbox_bytes > self.cfg.recv_buffer and len(self.inbox) > 1:
                 _, mid, d = self.inbox.popleft()
                 self.inbox_bytes -= len(d)
@@ -634,6 +637,9 @@ class Daemon:
             peer, mid, data = self.inbox.popleft()
             self.inbox_bytes -= len(data)
             control.write(writer, {"event": "message", "peer": peer, "msg_id": mid}, data)
+            if self.qlog is not None:
+                self.qlog.event(time.monotonic(), "message_handed", peer=peer, msg_id=mid,
+                                bytes=len(data))
             await writer.drain()
 
     # -- stats ---------------------------------------------------------------------------------

@@ -102,11 +102,12 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
             a = v.get("analysis") or {}
             c = a.get("causes") or {}
             rows.append([k, _f(v["goodput_mbps"], 1), f"{v['empty_bins']}/{v['bins']}",
-                         str(v["longest_gap_ms"]),
+                         str(v["longest_gap_ms"]), str(a.get("pauses", "-")),
                          *[str(c.get(x, "-")) for x in ("handoff", "sender_stall",
                                                         "retransmission", "window", "other")]])
         out.append(("gaps: Braid's fault-free empty 10 ms bins and their causes",
-                    ["flow", "Mbit/s", "empty bins", "longest gap ms", "hand-off",
+                    ["flow", "Mbit/s", "empty bins", "longest gap ms", "pauses >= 20 ms",
+                     "hand-off",
                      "sender stall", "retransmission", "window", "other"], rows))
     return out
 

@@ -437,11 +437,16 @@ def gaps(ctx: Ctx) -> dict[str, Any]:
                              "goodput_mbps": sum(bins[first:end]) * 8 / ((end - first) * m.BIN_S)
                              / 1e6}
         qlog = ctx.fab.work / "h0.qlog"
+        arrivals = res.get(3, {}).get("arrivals", {}).get("0", [])
+        rqlog = ctx.fab.work / "h3.qlog"
         if qlog.exists() and qlog.stat().st_size > 0:
-            ppm = -(-(MSG + HEADER.size) // 1368)
-            r["analysis"] = g.classify(bins, res[3]["go"], g.load_qlog(qlog), MSG, ppm,
-                                       first, end)
-            ctx.say(f"  gaps/braid: {empty} empty bins: {r['analysis']['causes']}")
+            a = g.classify(arrivals, res[3]["go"], g.load_qlog(qlog),
+                           g.load_qlog(rqlog) if rqlog.exists() else None,
+                           MSG + HEADER.size, first * m.BIN_S, dur)
+            r["analysis"] = a
+            ctx.say(f"  gaps/braid: {empty} empty bins, {a['pauses']} pauses >= 20 ms: "
+                    f"{a['causes']}; hand-off ms {a['handoff_ms']}, inbox wait ms "
+                    f"{a['inbox_wait_ms']}")
         else:
             r["analysis"] = None
             ctx.say(f"  gaps/braid: {empty} empty bins (run with --daemon-qlog for causes)")

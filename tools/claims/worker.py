@@ -41,7 +41,7 @@ from typing import Any
 
 HEADER = struct.Struct("!4sIHIHHI")  # magic, run, src, step, phase, flags, length
 MAGIC = b"BRCL"
-WARMUP = b"BRWU" + bytes(12)  # not MAGIC: receivers count it as stale
+WARMUP = b"BRWU" + bytes(HEADER.size)  # not MAGIC: receivers count it as stale
 LAST = 1
 BIN = 0.01  # seconds per receive bin
 IPPROTO_MPTCP = 262
@@ -93,6 +93,7 @@ class Worker:
         self.changed = asyncio.Event()
         self.go = 0.0
         self.bins: dict[int, list[int]] = {}
+        self.arrivals: dict[int, list[float]] = {}
         self.nbins = int((float(spec.get("duration", 0)) + float(spec.get("grace", 5))) / BIN) + 1
         self.writers: dict[int, asyncio.StreamWriter] = {}
         self.client: Any = None
@@ -130,6 +131,9 @@ class Worker:
             i = int((now - self.go) / BIN)
             if 0 <= i < self.nbins:
                 b[i] += n
+            arr = self.arrivals.setdefault(src, [])
+            if len(arr) < 100_000:
+                arr.append(round(now - self.go, 5))
             return
         self.got.setdefault((step, phase), set()).add(src)
         if flags & LAST:
@@ -348,7 +352,8 @@ class Worker:
 
         await asyncio.gather(*(flow(f) for f in flows))
         await asyncio.sleep(max(0.0, end - time.monotonic()))
-        return {"bins": {str(k): v for k, v in self.bins.items()}}
+        return {"bins": {str(k): v for k, v in self.bins.items()},
+                "arrivals": {str(k): v for k, v in self.arrivals.items()}}
 
     async def close(self) -> dict[str, Any]:
         self.closing = True

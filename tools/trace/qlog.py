@@ -20,7 +20,7 @@ from typing import IO, Any, Final
 SCHEMA: Final = "braid-qlog-1"
 EVENT_NAMES: Final = frozenset({
     "packet_sent", "packet_received", "ack", "nack", "trim", "retransmit", "ev_state", "cwnd",
-    "fault",
+    "fault", "message_delivered", "message_handed",
 })
 
 
