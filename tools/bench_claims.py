@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     dargs = ["--qlog", str(work.resolve() / "{host}.qlog")] if args.daemon_qlog else []
     fab = ClaimsFabric(n_hosts, args.name, work, dargs)
+    load0 = os.getloadavg()
     results: dict[str, Any] = {}
     ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
     try:
@@ -120,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
     data = {"bench": NAME, "quick": bool(args.quick), "rows": results, "stacks": stacks,
             "hosts": n_hosts, "element": "userspace (AF_PACKET) link element",
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,
-            "seconds": round(time.monotonic() - t_start, 1)}
+            "seconds": round(time.monotonic() - t_start, 1),
+            "loadavg": {"start": [round(x, 2) for x in load0],
+                        "end": [round(x, 2) for x in os.getloadavg()]}}
     path = write_all(data, out, plots, update_docs=bool(args.update_docs), docs=args.docs)
     failed = [t for t in ctx.transfers if not t["ok"]]
     say(f"wrote {path}; {len(ctx.transfers)} runs, {len(failed)} with a failed transfer "

@@ -80,7 +80,7 @@ class ClaimsFabric:
         self.daemon_args = daemon_args or []
         self.n_hosts = hosts
         self.name = name
-        self.work = work
+        self.work = work.resolve()
         self.tb: Any = None
         self.daemons: dict[int, subprocess.Popen[Any]] = {}
         self.logs: list[Any] = []

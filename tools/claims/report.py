@@ -118,7 +118,10 @@ def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> 
              f"{env['cpus']} CPUs (shared with other work: absolute numbers are noisy, ratios "
              f"within one sitting are the figures), {env['system']}, Python {env['python']}; "
              f"{'--quick' if data['quick'] else 'full'} run, {data['hosts']} hosts x 2 planes "
-             f"at 100 Mbit/s, link element: {data['element']}; {data['seconds']:.0f} s."]
+             f"at 100 Mbit/s, link element: {data['element']}; {data['seconds']:.0f} s"
+             + (f"; 1-minute load average {data['loadavg']['start'][0]:.1f} at the start, "
+                f"{data['loadavg']['end'][0]:.1f} at the end (2 CPUs)"
+                if data.get("loadavg") else "") + "."]
     for title, header, rows in tables(data):
         parts.append(f"**{title}**\n\n" + markdown_table(header, rows))
     failed = [t for t in data["transfers"] if not t["ok"]]

@@ -145,7 +145,8 @@ def _rtos(stack: str, res: dict[int, dict[str, Any]], hosts: list[int] | None = 
 
 def _srtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
     vals = [c["srtt"] for r in res.values() for c in r.get("conns", [])
-            if isinstance(c.get("srtt"), int | float) and c["srtt"] > 0]
+            if isinstance(c.get("srtt"), int | float) and c["srtt"] > 0
+            and c.get("packets_sent")]  # a receiver's srtt is only the initial guess
     return statistics.median(vals) * 1000 if vals else None
 
 
@@ -301,8 +302,10 @@ def compound(ctx: Ctx) -> dict[str, Any]:
         per[stack] = {"longest_gap_after_fault_ms": longest * 10, "empty_bins_after": empty,
                       "goodput_after_mbps": after / 1e6, "complete": ok,
                       "rtos": _rtos(stack, res), "srtt_ms": _srtt_ms(res),
-                      "parked_planes": _braid_stat(res, "parked_planes") if stack == "braid"
-                      else None}
+                      "parked_planes": sorted({p for r in res.values()
+                                               for c in r.get("conns", [])
+                                               for p in (c.get("parked_planes") or [])})
+                      if stack == "braid" else None}
         series[stack] = bins[:end]
         ctx.say(f"  compound/{stack}: longest gap {longest * 10} ms, after-fault goodput "
                 f"{after / 1e6:.1f} Mbit/s")

@@ -99,6 +99,8 @@ class Worker:
         self.client: Any = None
         self.sent_msgs = 0
         self.closing = False
+        self.finished = False  # our part of the run is over (late resets are not failures)
+        self.base_stats: dict[int, dict[str, Any]] = {}
         self.tasks: list[asyncio.Future[None]] = []
         self.warmup_failures: list[str] = []
         self.blocked: list[int] = []
@@ -160,6 +162,8 @@ class Worker:
                         break
                     except Exception as exc:
                         self.warmup_failures.append(f"h{peer[0]}: {exc}")
+            with contextlib.suppress(Exception):
+                self.base_stats = await self.conn_stats()
             return
         await self._tcp_open()
 
@@ -234,7 +238,7 @@ class Worker:
             elif exc.partial:
                 self.errors.append(f"connection from h{src} closed mid-message")
         except ConnectionError as exc:
-            if not self.closing:
+            if not (self.closing or self.finished):
                 self.errors.append(f"connection with h{src}: {exc}")
         self.changed.set()
 
@@ -355,23 +359,40 @@ class Worker:
         return {"bins": {str(k): v for k, v in self.bins.items()},
                 "arrivals": {str(k): v for k, v in self.arrivals.items()}}
 
+    async def conn_stats(self) -> dict[int, dict[str, Any]]:
+        """The local daemon's connections by local cid (Braid only)."""
+        st = await asyncio.wait_for(self.client.stats(), 5)
+        return {int(c["stats"]["local_cid"]): {"peer": c.get("peer"), "role": c.get("role"),
+                                               **c["stats"]}
+                for c in st.get("connections", [])}
+
     async def close(self) -> dict[str, Any]:
         self.closing = True
         extra: dict[str, Any] = {}
         if self.stack == "braid" and self.client is not None:
             try:
-                st = await asyncio.wait_for(self.client.stats(), 5)
-                extra["conns"] = [{"peer": c.get("peer"), "role": c.get("role"), **{
-                    k: c["stats"].get(k) for k in ("rtos", "retransmissions", "srtt",
-                                                   "packets_sent", "parked_planes",
-                                                   "probes_sent", "nacks_received")}}
-                    for c in st.get("connections", [])]
+                now = await self.conn_stats()
+                conns = []
+                for cid, c in now.items():
+                    b = self.base_stats.get(cid, {})
+                    d = {k: int(c.get(k) or 0) - int(b.get(k) or 0) for k in COUNTERS}
+                    if not any(d.values()):
+                        continue  # idle during this run
+                    conns.append({"peer": c["peer"], "role": c["role"], **d,
+                                  **{k: c.get(k) for k in ("srtt", "min_rtt", "cwnd",
+                                                           "parked_planes", "state")}})
+                extra["conns"] = conns
             except Exception as exc:
                 extra["stats_error"] = str(exc)
             await self.client.close()
         for w in self.writers.values():
             w.close()
         return extra
+
+
+#: Braid connection counters reported per run (differences over the run).
+COUNTERS = ("packets_sent", "retransmissions", "rtos", "nacks_received", "probes_sent",
+            "bytes_acked", "bytes_received", "lost_by_rto", "spurious_losses")
 
 
 async def amain(spec: dict[str, Any]) -> dict[str, Any]:
@@ -385,6 +406,7 @@ async def amain(spec: dict[str, Any]) -> dict[str, Any]:
     w.go = float(line.split()[1])
     await asyncio.sleep(max(0.0, w.go - time.monotonic()))
     res = await (w.stream() if w.pattern == "stream" else w.collective())
+    w.finished = True
     # What the peers still send us after our part is done (a slower host's last
     # step) must not fail their run: keep reading briefly.
     await asyncio.sleep(float(spec.get("linger", 0.3)))
