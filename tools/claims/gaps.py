@@ -143,7 +143,14 @@ def classify(arrivals: list[float], go: float, q: dict[str, list[Any]],
                        "sent_during": _count(q["sent"], lo, hi),
                        "sender_silence_ms": round(_largest_silence(q["events"], lo, hi) * 1000,
                                                   1)})
+    cw = [c for c in q["cwnd"] if go + start <= c[0] <= go + end]
+    cw_sorted = sorted(c[1] for c in cw)
+    limited = sum(1 for c in cw if c[2] + mss >= c[1])
     return {"pauses": len(pauses), "causes": {c: causes[c] for c in CAUSES},
+            "cwnd_samples": len(cw),
+            "cwnd_bytes": {"min": cw_sorted[0], "p50": cw_sorted[len(cw_sorted) // 2],
+                           "max": cw_sorted[-1]} if cw_sorted else None,
+            "window_limited_fraction": round(limited / len(cw), 3) if cw else None,
             "pause_ms_total": round(total_ms, 1),
             "matched_receiver_qlog": matched,
             "handoff_ms": _summary(hand_lat), "inbox_wait_ms": _summary(inbox_lat),

@@ -453,6 +453,11 @@ def gaps(ctx: Ctx) -> dict[str, Any]:
         else:
             r["analysis"] = None
             ctx.say(f"  gaps/braid: {empty} empty bins (run with --daemon-qlog for causes)")
+        ports = ctx.fab.tb.port_stats()
+        r["ports"] = {k: {x: v.get(x) for x in ("max_depth", "dropped", "trimmed", "marked",
+                                                  "rx_overflow")}
+                      for k, v in ports.items()
+                      if k.split("/")[0] in ("h0:p0", "h0:p1", "h3:p0", "h3:p1")}
         out[label] = r
         series[label] = bins[:end]
     return {"duration": dur, "per_stack": {"braid": out}, "series": series}
