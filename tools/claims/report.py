@@ -101,12 +101,19 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
         for k, v in R["gaps"]["per_stack"]["braid"].items():
             a = v.get("analysis") or {}
             c = a.get("causes") or {}
+            pg = v.get("kernel_ping_ms") or {}
+            cw = a.get("cwnd_bytes") or {}
             rows.append([k, _f(v["goodput_mbps"], 1), f"{v['empty_bins']}/{v['bins']}",
-                         str(v["longest_gap_ms"]), str(a.get("pauses", "-")),
+                         str(v["longest_gap_ms"]), _f(v.get("min_rtt_ms"), 1),
+                         _f(v.get("srtt_ms"), 1), f"{_f(pg.get('min'), 2)}/{_f(pg.get('avg'), 2)}",
+                         _f(a.get("window_limited_fraction")), str(cw.get("p50", "-")),
+                         str(a.get("pauses", "-")),
                          *[str(c.get(x, "-")) for x in ("handoff", "sender_stall",
                                                         "retransmission", "window", "other")]])
         out.append(("gaps: Braid's fault-free empty 10 ms bins and their causes",
-                    ["flow", "Mbit/s", "empty bins", "longest gap ms", "pauses >= 20 ms",
+                    ["flow", "Mbit/s", "empty bins", "longest gap ms", "Braid min RTT ms",
+                     "srtt ms", "kernel ping min/avg ms", "window-limited", "cwnd p50 B",
+                     "pauses >= 20 ms",
                      "hand-off",
                      "sender stall", "retransmission", "window", "other"], rows))
     return out

@@ -143,6 +143,47 @@ def _rtos(stack: str, res: dict[int, dict[str, Any]], hosts: list[int] | None = 
                if hosts is None or h in hosts)
 
 
+def _min_rtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
+    vals = [c["min_rtt"] for r in res.values() for c in r.get("conns", [])
+            if isinstance(c.get("min_rtt"), int | float) and c.get("packets_sent")]
+    return min(vals) * 1000 if vals else None
+
+
+class _Ping:
+    """Kernel ICMP RTT across the same path while a run goes on: what the
+    network (elements, queues) adds, without the Python endpoints' scheduling."""
+
+    def __init__(self, ctx: Ctx, host: str, dst: str, dur: float) -> None:
+        import shutil
+        import subprocess
+
+        self.proc: Any = None
+        if shutil.which("ping") is None:
+            return
+        n = max(5, int((dur + 0.5) / 0.02))
+        self.proc = ctx.fab.tb.popen(host, ["ping", "-n", "-q", "-i", "0.02", "-c", str(n),
+                                            "-w", str(int(dur + 30)), dst],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
+
+    def result(self) -> dict[str, float] | None:
+        import re
+        import subprocess
+
+        if self.proc is None:
+            return None
+        try:
+            out, _ = self.proc.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+        m = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms", out or "")
+        if not m:
+            return None
+        return {"min": float(m.group(1)), "avg": float(m.group(2)), "max": float(m.group(3))}
+
+
 def _srtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
     vals = [c["srtt"] for r in res.values() for c in r.get("conns", [])
             if isinstance(c.get("srtt"), int | float) and c["srtt"] > 0
@@ -154,8 +195,8 @@ def _srtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
 def invisibility(ctx: Ctx) -> dict[str, Any]:
     """All-to-all step times fault-free and under a fault timeline."""
     group = [0, 1, 2, 3] if ctx.fab.n_hosts >= 4 else list(range(ctx.fab.n_hosts))
-    size = ctx.q(64 << 10, 256 << 10)
-    dur = ctx.q(2.5, 8.0)
+    size = ctx.q(64 << 10, 128 << 10)
+    dur = ctx.q(2.5, 9.0)
     timeline = ctx.q(
         [(0.4, "plane 1 down"), (1.0, "plane 1 up"), (1.3, "spine s0 plane 0 reboot 300ms"),
          (1.8, "link h2:p1 flap 100ms for 0.4s")],
@@ -430,12 +471,16 @@ def gaps(ctx: Ctx) -> dict[str, Any]:
     out: dict[str, Any] = {}
     series: dict[str, Any] = {}
     for flows, label in (([(0, 3, 0.0, dur, None)], "h0->h3"),):
-        ctx.say(f"  gaps/braid: fault-free stream {label}, {dur:g} s")
+        ctx.say(f"  gaps/braid: fault-free stream {label}, {dur:g} s, kernel ping alongside")
+        pinger = _Ping(ctx, "h0", ctx.fab.tb.address("h3", 0), dur)
         res = stream(ctx, "braid", flows, dur)
+        ping_ms = pinger.result()
         ok = _record(ctx, "gaps", "braid", label, res)
         bins = _bins(res, 3)
         longest, empty = m.gaps(bins, first, end)
         r: dict[str, Any] = {"empty_bins": empty, "longest_gap_ms": longest * 10,
+                             "kernel_ping_ms": ping_ms, "srtt_ms": _srtt_ms(res),
+                             "min_rtt_ms": _min_rtt_ms(res),
                              "bins": end - first, "complete": ok,
                              "goodput_mbps": sum(bins[first:end]) * 8 / ((end - first) * m.BIN_S)
                              / 1e6}
