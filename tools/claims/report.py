@@ -175,6 +175,34 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
         fig.savefig(p, dpi=110)
         plt.close(fig)
         out.append(p)
+    if inv:
+        import itertools
+        import re
+
+        fig, ax = plt.subplots(figsize=(9, 3.6))
+        for key, xs in sorted(inv.items()):
+            if not key.endswith("/faulted") or not xs:
+                continue
+            ends = list(itertools.accumulate(xs))
+            ax.plot(ends, [x * 1000 for x in xs], marker=".", lw=0.8, ms=3,
+                    label=key.rsplit("/", 1)[0])
+        for ev in R["invisibility"].get("timeline", []):
+            mt = re.match(r"at ([\d.]+) (.*)", ev)
+            if mt:
+                ax.axvline(float(mt.group(1)), color="k", ls=":", lw=0.7)
+                ax.text(float(mt.group(1)), 1.0, " " + mt.group(2), rotation=90, fontsize=6,
+                        va="top", transform=ax.get_xaxis_transform())
+        ax.set_yscale("log")
+        ax.set_xlabel("seconds (end of step)")
+        ax.set_ylabel("step time (ms)")
+        ax.set_title("invisibility: every step through the fault timeline")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=3)
+        fig.tight_layout()
+        p = plots_dir / "claims-invisibility-timeline.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(p)
     for row, title in (("failover", "plane 0 blackholed"), ("compound",
                                                             "plane 0 down + 30% loss on p1")):
         series = R.get(row, {}).get("series")
