@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +35,13 @@ def _numbers(obj: Any) -> int:
     return 0
 
 
-def test_bench_claims_quick(tmp_path: Path, unique_name: str) -> None:
-    env = {**os.environ, "BRAID_RUN_DIR": str(tmp_path / "run")}
+def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
+    # A short run directory: the link elements' control sockets (and the fault
+    # commands' reply sockets) live under it, and AF_UNIX paths end at 107 bytes.
+    run_dir = Path(tempfile.mkdtemp(prefix="bc", dir="/tmp"))
+    env = {**os.environ, "BRAID_RUN_DIR": str(run_dir)}
     braid = str(Path(sys.executable).parent / "braid")
-    out = tmp_path / "out"
+    out = tmp_path / "o"
     try:
         r = subprocess.run([braid, "bench", "claims", "--quick", "--out", str(out),
                             "--name", unique_name], env=env, capture_output=True, text=True,
@@ -47,6 +52,7 @@ def test_bench_claims_quick(tmp_path: Path, unique_name: str) -> None:
         if left:
             subprocess.run([braid, "testbed", "down", "--name", unique_name], env=env,
                            capture_output=True, timeout=60)
+        shutil.rmtree(run_dir, ignore_errors=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert left == [], f"leftover namespaces: {left}"
     assert "row 1/7: invisibility" in r.stderr  # progress is shown
