@@ -461,7 +461,7 @@ class Daemon:
             self.inbox_bytes += len(ev.data)
             if self.qlog is not None:
                 self.qlog.event(time.monotonic(), "message_delivered", peer=name,
-                                msg_id=ev.msg_id, bytes=len(ev.data))
+                                msg_id=ev.msg_id, size=len(ev.data))
             while self.inbox_bytes > self.cfg.recv_buffer and len(self.inbox) > 1:
                 _, mid, d = self.inbox.popleft()
                 self.inbox_bytes -= len(d)
@@ -639,7 +639,7 @@ class Daemon:
             control.write(writer, {"event": "message", "peer": peer, "msg_id": mid}, data)
             if self.qlog is not None:
                 self.qlog.event(time.monotonic(), "message_handed", peer=peer, msg_id=mid,
-                                bytes=len(data))
+                                size=len(data))
             await writer.drain()
 
     # -- stats ---------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ def load_qlog(path: Path) -> dict[str, list[Any]]:
             elif name == "ack":
                 out["acks"].append((t, int(d.get("cum_psn", 0))))
             elif name in ("message_delivered", "message_handed"):
-                out[name.split("_")[1]].append((t, int(d.get("bytes", 0))))
+                out[name.split("_")[1]].append((t, int(d.get("size", 0))))
             elif name == "cwnd":
                 out["cwnd"].append((t, int(d.get("cwnd") or 0), int(d.get("inflight") or 0)))
     for k in ("events", "sent", "retx"):

@@ -111,6 +111,12 @@ class QlogWriter:
     def fault(self, time: float, *, kind: str, target: str, detail: str = "") -> None:
         self.event(time, "fault", kind=kind, target=target, detail=detail)
 
+    def message_delivered(self, time: float, *, peer: str, msg_id: int, size: int) -> None:
+        self.event(time, "message_delivered", peer=peer, msg_id=msg_id, size=size)
+
+    def message_handed(self, time: float, *, peer: str, msg_id: int, size: int) -> None:
+        self.event(time, "message_handed", peer=peer, msg_id=msg_id, size=size)
+
     def flush(self) -> None:
         self._f.flush()
         self._pending = 0
