@@ -78,3 +78,13 @@ def test_worker_messages_are_checked_byte_for_byte() -> None:
     assert rx.stale == 1  # another run's message: ignored, not corrupt
     rx.on_message(b"short", 0.0)
     assert rx.bad == 2
+
+
+def test_a_partial_run_never_overwrites_the_matrix_section() -> None:
+    from tools.claims.report import section_name
+    from tools.claims.rows import DEFAULT_ROWS
+
+    assert section_name(list(DEFAULT_ROWS)) == "claims"
+    assert section_name([*DEFAULT_ROWS, "gaps"]) == "claims"
+    assert section_name(["gaps"]) == "claims-gaps"
+    assert section_name(["failover", "invisibility"]) == "claims-failover-invisibility"

@@ -12,6 +12,16 @@ from tools.claims import metrics as m
 DOCS_NAME = "claims"
 
 
+def section_name(rows: list[str]) -> str:
+    """The full matrix owns the ``claims`` section; a run of some rows only
+    writes its own section (``claims-gaps``, ...), never over the matrix."""
+    from tools.claims.rows import DEFAULT_ROWS
+
+    if set(DEFAULT_ROWS) <= set(rows):
+        return DOCS_NAME
+    return DOCS_NAME + "-" + "-".join(rows)
+
+
 def _f(x: Any, nd: int = 2, unit: str = "") -> str:
     if x is None:
         return "-"
@@ -251,5 +261,5 @@ def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: 
     md = markdown(data, pngs, docs_path.parent)
     (out / "claims.md").write_text(md + "\n")
     if update_docs:
-        replace_section(docs_path, DOCS_NAME, md)
+        replace_section(docs_path, section_name(list(data["rows"])), md)
     return path
