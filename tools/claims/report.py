@@ -36,6 +36,87 @@ def _ms(x: Any) -> str:
     return "-" if x is None else f"{x * 1000:.1f}"
 
 
+def _get(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def _met(ok: bool | None) -> str:
+    return "-" if ok is None else ("met" if ok else "NOT met")
+
+
+def targets(data: dict[str, Any]) -> list[list[str]]:
+    """Issue 13's targets next to Braid's figure and the references, same sitting."""
+    R = data["rows"]
+    out: list[list[str]] = []
+    inv = _get(R, "invisibility", "per_stack") or {}
+    b, t, mp = (_get(inv, s, "ratio_p100") for s in ("braid", "tcp", "mptcp"))
+    if "braid" in inv:
+        closer = None
+        if b is not None and t is not None and mp is not None:
+            closer = b <= 1.0 or ((t - 1) >= 5 * (b - 1) and (mp - 1) >= 5 * (b - 1))
+        out.append(["invisibility: p100 ratio <= 1.5, >= 5x closer to 1 than tcp and mptcp",
+                    _f(b), f"tcp {_f(t)}, mptcp {_f(mp)}",
+                    _met(None if b is None else b <= 1.5 and bool(closer))])
+    fo = _get(R, "failover", "per_stack") or {}
+    if "braid" in fo:
+        bs, ms = _get(fo, "braid", "faulted", "settle_ms"), _get(fo, "mptcp", "faulted",
+                                                                  "settle_ms")
+        ok = None if bs is None and ms is None else (
+            bs is not None and (bs <= 10 or (ms is None or ms >= 10 * bs)))
+        out.append(["failover: settle >= 10x sooner than mptcp or within one 10 ms bin",
+                    _f(bs, 0, " ms"), f"mptcp {_f(ms, 0, ' ms')}", _met(ok)])
+        g1, g0 = (_get(fo, "braid", k, "longest_gap_ms") for k in ("faulted", "fault_free"))
+        out.append(["failover: longest gap <= 20 ms with and without the fault",
+                    f"{_f(g1, 0)} / {_f(g0, 0)} ms",
+                    f"mptcp {_f(_get(fo, 'mptcp', 'faulted', 'longest_gap_ms'), 0)} / "
+                    f"{_f(_get(fo, 'mptcp', 'fault_free', 'longest_gap_ms'), 0)} ms",
+                    _met(None if g1 is None or g0 is None else max(g1, g0) <= 20)])
+    ic = _get(R, "incast", "per_stack") or {}
+    if "braid" in ic:
+        c, r, v = (_get(ic, "braid", k) for k in ("completion_p100_over_ideal", "rtos",
+                                                   "victim_ratio"))
+        out.append(["incast (trimming): completion <= 1.2x ideal, 0 RTOs, victim >= 0.8",
+                    f"{_f(c)}x, {r} RTOs, victim {_f(v)}",
+                    f"tail-drop {_f(_get(ic, 'braid-taildrop', 'completion_p100_over_ideal'))}x"
+                    f"; tcp {_f(_get(ic, 'tcp', 'completion_p100_over_ideal'))}x; mptcp "
+                    f"{_f(_get(ic, 'mptcp', 'completion_p100_over_ideal'))}x",
+                    _met(None if c is None or v is None else c <= 1.2 and r == 0 and v >= 0.8)])
+    asy = _get(R, "asymmetric", "per_stack") or {}
+    if "braid" in asy:
+        vals = [_get(asy, "braid", k, "ratio") for k in ("half_rate", "latency")]
+        out.append(["asymmetric planes: goodput >= 0.9 of the sum of capacities",
+                    " / ".join(_f(x) for x in vals),
+                    "mptcp " + " / ".join(_f(_get(asy, "mptcp", k, "ratio"))
+                                          for k in ("half_rate", "latency")),
+                    _met(None if None in vals else min(vals) >= 0.9)])
+    fa = _get(R, "fairness", "per_stack") or {}
+    if "braid" in fa:
+        js = [x.get("jain_median") for x in fa["braid"].values()]
+        nr = [x.get("newcomer_worst_rtts") for x in fa["braid"].values()]
+        out.append(["fairness: Jain >= 0.95 once converged (median of 100 ms windows)",
+                    " / ".join(_f(x) for x in js),
+                    "tcp " + " / ".join(_f(x.get("jain_median"))
+                                        for x in (fa.get("tcp") or {}).values()),
+                    _met(None if None in js else min(js) >= 0.95)])
+        out.append(["fairness: a newcomer reaches 80% of its share within 50 srtt",
+                    " / ".join(_f(x, 0) for x in nr), "-",
+                    _met(None if None in nr else max(nr) <= 50)])
+    co = _get(R, "compound", "per_stack", "braid")
+    if co:
+        gap, srtt = co.get("longest_gap_after_fault_ms"), co.get("srtt_ms")
+        out.append(["compound: no stall longer than 10 srtt (+ a probe interval)",
+                    f"{gap} ms (srtt {_f(srtt, 1)} ms)",
+                    f"tcp {_get(R, 'compound', 'per_stack', 'tcp', 'longest_gap_after_fault_ms')}"
+                    f" ms, mptcp "
+                    f"{_get(R, 'compound', 'per_stack', 'mptcp', 'longest_gap_after_fault_ms')}"
+                    " ms", _met(None if gap is None or not srtt else gap <= 10 * srtt)])
+    return out
+
+
 def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) per row of the matrix."""
     out: list[tuple[str, list[str], list[list[str]]]] = []
@@ -139,6 +220,10 @@ def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> 
              + (f"; 1-minute load average {data['loadavg']['start'][0]:.1f} at the start, "
                 f"{data['loadavg']['end'][0]:.1f} at the end (2 CPUs)"
                 if data.get("loadavg") else "") + "."]
+    tg = targets(data)
+    if tg:
+        parts.append("**Targets of issue 13, Braid today** (same sitting)\n\n" + markdown_table(
+            ["target", "braid", "reference", ""], tg))
     for title, header, rows in tables(data):
         parts.append(f"**{title}**\n\n" + markdown_table(header, rows))
     failed = [t for t in data["transfers"] if not t["ok"]]
@@ -249,6 +334,7 @@ def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: 
     except Exception as exc:  # the numbers matter more than the pictures
         data["plot_error"] = f"{type(exc).__name__}: {exc}"
     data["plots"] = [str(p) for p in pngs]
+    data["targets"] = targets(data)
     for title, header, rows in tables(data):
         print(f"\n{title}\n" + text_table(header, rows))
     try:
