@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default="claims", help="testbed name (default: claims)")
     parser.add_argument("--daemon-qlog", action="store_true",
                         help="daemons write <work>/hN.qlog (costs ~30%% goodput; for diagnosis)")
+    parser.add_argument("--render", default=None, metavar="JSON",
+                        help="measure nothing: redraw the tables, plots and (--update-docs) the "
+                        "docs section from an earlier claims.json")
     parser.add_argument("--work", default=None, metavar="DIR",
                         help="daemon configs and logs (default: <out>/claims-run)")
 
@@ -58,6 +61,18 @@ def run(args: argparse.Namespace) -> int:
     from tools.claims.rows import ROWS, STACKS, Ctx
     from tools.errors import UserError
 
+    if args.render:
+        import json
+
+        try:
+            data = json.loads(Path(args.render).read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot read {args.render}: {exc}") from None
+        plots = Path(args.plots) if args.plots else (
+            REPO_ROOT / "docs" / "claims" if args.update_docs else Path(args.out))
+        write_all(data, Path(args.out), plots, update_docs=bool(args.update_docs),
+                  docs=args.docs)
+        return 0
     if os.geteuid() != 0:
         raise UserError("braid bench claims needs root (it builds network namespaces)")
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
