@@ -251,7 +251,8 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
     inv = R.get("invisibility", {}).get("series")
     if inv:
         stacks = sorted({k.split("/")[0] for k in inv})
-        fig, axes = plt.subplots(1, len(stacks), figsize=(4.2 * len(stacks), 3.4), squeeze=False)
+        fig, axes = plt.subplots(1, len(stacks), figsize=(4.2 * len(stacks), 3.4), squeeze=False,
+                                 sharex=True)
         for ax, st in zip(axes[0], stacks, strict=True):
             for key, xs in sorted(inv.items()):
                 if key.split("/")[0] != st or not xs:
