@@ -58,9 +58,14 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
         closer = None
         if b is not None and t is not None and mp is not None:
             closer = b <= 1.0 or ((t - 1) >= 5 * (b - 1) and (mp - 1) >= 5 * (b - 1))
+        verdict = _met(None if b is None else b <= 1.5 and bool(closer))
+        ff = {st: _get(inv, st, "fault_free", "p100") for st in ("braid", "tcp", "mptcp")}
+        refs = [v for k, v in ff.items() if k != "braid" and v]
+        if verdict == "met" and ff["braid"] and refs and ff["braid"] > 2 * min(refs):
+            verdict = (f"met on the ratio only: Braid's fault-free p100 is "
+                       f"{ff['braid'] / min(refs):.0f}x the kernel stacks'")
         out.append(["invisibility: p100 ratio <= 1.5, >= 5x closer to 1 than tcp and mptcp",
-                    _f(b), f"tcp {_f(t)}, mptcp {_f(mp)}",
-                    _met(None if b is None else b <= 1.5 and bool(closer))])
+                    _f(b), f"tcp {_f(t)}, mptcp {_f(mp)}", verdict])
     fo = _get(R, "failover", "per_stack") or {}
     if "braid" in fo:
         bs, ms = _get(fo, "braid", "faulted", "settle_ms"), _get(fo, "mptcp", "faulted",
@@ -102,8 +107,12 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
                     "tcp " + " / ".join(_f(x.get("jain_median"))
                                         for x in (fa.get("tcp") or {}).values()),
                     _met(None if None in js else min(js) >= 0.95)])
+        ms = [x.get("newcomer_worst_ms") for x in fa["braid"].values()]
         out.append(["fairness: a newcomer reaches 80% of its share within 50 srtt",
-                    " / ".join(_f(x, 0) for x in nr), "-",
+                    " / ".join(_f(x, 0) for x in nr) + " srtt (" +
+                    " / ".join(_f(x, 0) for x in ms) + " ms; srtt includes host delay)",
+                    "tcp " + " / ".join(_f(x.get("newcomer_worst_ms"), 0)
+                                        for x in (fa.get("tcp") or {}).values()) + " ms",
                     _met(None if None in nr else max(nr) <= 50)])
     co = _get(R, "compound", "per_stack", "braid")
     if co:
@@ -227,13 +236,23 @@ def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> 
     for title, header, rows in tables(data):
         parts.append(f"**{title}**\n\n" + markdown_table(header, rows))
     failed = [t for t in data["transfers"] if not t["ok"]]
+    def why(t: dict[str, Any]) -> str:
+        seen: list[str] = []
+        for r in (t["reason"] or "").split("; "):
+            if r and r not in seen:
+                seen.append(r)
+        return "; ".join(seen[:2])
+
+    warm = sum(len(t.get("warmup_failures") or []) for t in data["transfers"])
     parts.append(f"{len(data['transfers'])} runs; {len(failed)} with a failed transfer" + (
-        ": " + "; ".join(f"{t['row']}/{t['stack']}/{t['run']}: {t['reason']}"
-                         for t in failed[:12]) if failed else "."))
+        ": " + "; ".join(f"{t['row']}/{t['stack']}/{t['run']} ({why(t)})"
+                         for t in failed[:12]) if failed else ".")
+        + f" Warm-up sends that hit the idle-connection failure: {warm}.")
     errs = {k: v["error"] for k, v in data["rows"].items() if "error" in v}
     if errs:
         parts.append("Rows that raised: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
     for p in plots:
+        p = p.resolve()
         rel = p.relative_to(docs_dir) if docs_dir and p.is_relative_to(docs_dir) else p
         parts.append(f"![{p.stem}]({rel})")
     return "\n\n".join(parts)
@@ -344,7 +363,7 @@ def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: 
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     except OSError as exc:
         raise UserError(f"cannot write results to {out}: {exc.strerror}") from None
-    docs_path = Path(docs) if docs else REPO_ROOT / "docs" / "claims.md"
+    docs_path = (Path(docs) if docs else REPO_ROOT / "docs" / "claims.md").resolve()
     md = markdown(data, pngs, docs_path.parent)
     (out / "claims.md").write_text(md + "\n")
     if update_docs:

@@ -24,6 +24,11 @@ EFF = {"braid": 1368 / 1494, "braid-taildrop": 1368 / 1494, "tcp": 1448 / 1514,
        "mptcp": 1448 / 1514}
 STACKS = ("braid", "tcp", "mptcp")
 MSG = 65536  # stream message size (the 64 KiB)
+#: Messages a stream keeps queued (1 MiB: several bandwidth-delay products of
+#: a plane here), and how long after its stop time they may take to be acked
+#: before the run counts as failed.
+INFLIGHT = 16
+GRACE = 8.0
 
 
 @dataclass
@@ -85,7 +90,8 @@ def stream(ctx: Ctx, stack: str, flows: Sequence[Flow],
     for src, dst, start, stop, plane in flows:
         for h in (src, dst):
             specs.setdefault(h, {"pattern": "stream", "duration": duration, "out": [],
-                                 "connect": [], "accept": [], "msg": MSG, "grace": 3.0})
+                                 "connect": [], "accept": [], "msg": MSG, "grace": GRACE,
+                                 "inflight": INFLIGHT})
         specs[src]["out"].append({"to": dst, "start": start, "stop": stop})
         specs[src]["connect"].append([dst, pair_plane(src, dst) if plane is None else plane])
         specs[dst]["accept"].append(src)
@@ -382,10 +388,10 @@ def incast(ctx: Ctx) -> dict[str, Any]:
             specs_stream = {victim[0]: {"pattern": "stream", "duration": dur, "msg": MSG,
                                         "out": [{"to": victim[1], "start": 0.0, "stop": dur}],
                                         "connect": [[victim[1], pair_plane(*victim)]],
-                                        "accept": [], "grace": 3.0},
+                                        "accept": [], "grace": GRACE, "inflight": INFLIGHT},
                             victim[1]: {"pattern": "stream", "duration": dur, "msg": MSG,
                                         "out": [], "connect": [], "accept": [victim[0]],
-                                        "grace": 3.0}}
+                                        "grace": GRACE, "inflight": INFLIGHT}}
             group = [0, *senders]
             specs = {}
             for h in group:
