@@ -15,7 +15,7 @@ say() { printf '[setup] %s\n' "$*" >&2; }
 # command -> Debian package
 declare -A NEED=(
   [ip]=iproute2 [tc]=iproute2 [tcpdump]=tcpdump [tshark]=tshark [ethtool]=ethtool
-  [iptables]=iptables [ps]=procps [modprobe]=kmod [mount]=mount
+  [iptables]=iptables [ps]=procps [modprobe]=kmod [mount]=mount [ping]=iputils-ping
 )
 missing=()
 for cmd in "${!NEED[@]}"; do

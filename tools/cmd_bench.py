@@ -19,6 +19,7 @@ BENCHES: dict[str, str] = {
     "goodput": "tools.bench_goodput",
     "trace": "tools.bench_trace",
     "element": "tools.bench_element",
+    "claims": "tools.bench_claims",
 }
 
 

@@ -551,6 +551,9 @@ class Daemon:
             self.inbox.append((name, ev.msg_id, ev.data))
             self._inbox_owner.setdefault((name, ev.msg_id), deque()).append(conn)
             self.inbox_bytes += len(ev.data)
+            if self.qlog is not None:
+                self.qlog.event(time.monotonic(), "message_delivered", peer=name,
+                                msg_id=ev.msg_id, size=len(ev.data))
             self._inbox_ready.set()
         elif isinstance(ev, ConnectionEstablished):
             role = "initiator" if conn.initiator else "responder"
@@ -846,6 +849,9 @@ class Daemon:
             rs.unacked_bytes += len(data)
             control.write(writer, {"event": "message", "peer": peer, "msg_id": mid,
                                    "seq": rs.seq}, data)
+            if self.qlog is not None:
+                self.qlog.event(time.monotonic(), "message_handed", peer=peer, msg_id=mid,
+                                size=len(data))
             await writer.drain()
 
     # -- stats ---------------------------------------------------------------------------------

@@ -245,3 +245,25 @@ def test_qlog_records_events(tmp_path: Path) -> None:
         b.stop()
     names = {json.loads(line)["name"] for line in qlog.read_text().splitlines()}
     assert {"packet_sent", "ack", "cwnd"} <= names
+
+
+def test_message_not_lost_to_a_receive_client_that_went_away(
+        daemons: tuple[Host, Host]) -> None:
+    """A recv client that disconnects must not swallow the next messages: the
+    daemon used to pop them from its inbox and write them to the dead stream
+    (found by `braid bench claims`: a second run on the same daemons lost its
+    first message and its collective never finished)."""
+    a, b = daemons
+
+    async def main() -> list[bytes]:
+        async with braid.connect(a.socket) as tx:
+            async with braid.connect(b.socket) as first:
+                await tx.send("b", b"one")
+                assert (await asyncio.wait_for(first.recv(), 10))[1] == b"one"
+            await asyncio.sleep(0.3)  # the first client is gone; the daemon is idle
+            for i in range(3):
+                await tx.send("b", b"after-%d" % i)
+            async with braid.connect(b.socket) as second:
+                return [(await asyncio.wait_for(second.recv(), 5))[1] for _ in range(3)]
+
+    assert run(main()) == [b"after-0", b"after-1", b"after-2"]

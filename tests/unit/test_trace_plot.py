@@ -60,6 +60,8 @@ def _write_qlog(path: Path) -> None:
             if psn == 200:
                 q.fault(t, kind="link_down", target="h0:p1")
                 q.ev_state(t, plane=1, ev=2, old="GOOD", new="ASSUMED_BAD", cause="timeout")
+                q.message_delivered(t, peer="b", msg_id=1, size=4096)
+                q.message_handed(t, peer="b", msg_id=1, size=4096)
         q.packet_received(t, psn=1, plane=0, ev=0, size=100, trimmed="fabric", ce=True)
 
 

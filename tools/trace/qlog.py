@@ -20,7 +20,7 @@ from typing import IO, Any, Final
 SCHEMA: Final = "braid-qlog-1"
 EVENT_NAMES: Final = frozenset({
     "packet_sent", "packet_received", "ack", "nack", "trim", "retransmit", "ev_state", "cwnd",
-    "fault",
+    "fault", "message_delivered", "message_handed",
 })
 
 
@@ -110,6 +110,12 @@ class QlogWriter:
 
     def fault(self, time: float, *, kind: str, target: str, detail: str = "") -> None:
         self.event(time, "fault", kind=kind, target=target, detail=detail)
+
+    def message_delivered(self, time: float, *, peer: str, msg_id: int, size: int) -> None:
+        self.event(time, "message_delivered", peer=peer, msg_id=msg_id, size=size)
+
+    def message_handed(self, time: float, *, peer: str, msg_id: int, size: int) -> None:
+        self.event(time, "message_handed", peer=peer, msg_id=msg_id, size=size)
 
     def flush(self) -> None:
         self._f.flush()

@@ -1,0 +1,77 @@
+"""`braid bench claims --quick` end to end: every row measured for every stack,
+every transfer byte-exact or failed with a reason, nothing left behind.
+Speed is not asserted (the machine may be busy): numbers go to the JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="braid bench claims needs root (namespaces)"),
+]
+
+ROWS = ["invisibility", "failover", "loss", "asymmetric", "compound", "incast", "fairness"]
+
+
+def _numbers(obj: Any) -> int:
+    if isinstance(obj, bool):
+        return 0
+    if isinstance(obj, int | float):
+        return 1
+    if isinstance(obj, dict):
+        return sum(_numbers(v) for v in obj.values())
+    if isinstance(obj, list):
+        return sum(_numbers(v) for v in obj)
+    return 0
+
+
+def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
+    # A short run directory: the link elements' control sockets (and the fault
+    # commands' reply sockets) live under it, and AF_UNIX paths end at 107 bytes.
+    run_dir = Path(tempfile.mkdtemp(prefix="bc", dir="/tmp"))
+    env = {**os.environ, "BRAID_RUN_DIR": str(run_dir)}
+    braid = str(Path(sys.executable).parent / "braid")
+    out = tmp_path / "o"
+    try:
+        r = subprocess.run([braid, "bench", "claims", "--quick", "--out", str(out),
+                            "--name", unique_name], env=env, capture_output=True, text=True,
+                           timeout=480)
+    finally:
+        left = sorted(p.name for p in Path("/run/netns").glob(f"br{unique_name}-*")) \
+            if Path("/run/netns").exists() else []
+        if left:
+            subprocess.run([braid, "testbed", "down", "--name", unique_name], env=env,
+                           capture_output=True, timeout=60)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert left == [], f"leftover namespaces: {left}"
+    assert "row 1/7: invisibility" in r.stderr  # progress is shown
+
+    data = json.loads((out / "claims.json").read_text())
+    assert data["quick"] and data["stacks"] == ["braid", "tcp", "mptcp"]
+    for row in ROWS:
+        res = data["rows"][row]
+        assert "error" not in res, (row, res.get("error"))
+        for stack in data["stacks"]:
+            assert stack in res["per_stack"], (row, stack)
+            assert _numbers(res["per_stack"][stack]) > 0, (row, stack, res["per_stack"][stack])
+    assert "braid-taildrop" in data["rows"]["incast"]["per_stack"]
+    assert data["transfers"]
+    for t in data["transfers"]:
+        assert t["ok"] or t["reason"], t  # byte-exact, or failed with a reason
+        assert t["bad_messages"] == 0, t  # never corrupt
+    # the step-time CDF and a goodput-through-the-fault plot were drawn
+    for name in ("claims-step-cdf.png", "claims-failover.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "claims.md").read_text()
+    assert "invisibility" in md and data["commit"] in md

@@ -1,0 +1,90 @@
+"""The figures of `braid bench claims`, computed exactly from made-up data."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.claims import metrics as m
+from tools.claims.worker import HEADER, LAST, Worker
+
+
+def test_percentile_nearest_rank_and_p100_is_max() -> None:
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert m.percentile(xs, 50) == 3.0
+    assert m.percentile(xs, 100) == 5.0
+    assert m.percentile(xs, 0) == 1.0
+    assert m.percentile([], 50) is None
+    assert m.summary(xs) == {"n": 5, "p50": 3.0, "p99": 5.0, "p100": 5.0}
+
+
+def test_step_times_wait_for_the_slowest_host() -> None:
+    done = {0: [1.1, 1.2, 1.9], 1: [1.15, 1.5, 1.6], 2: [1.05, 1.3]}
+    # only 2 steps finished everywhere; each ends at the latest host
+    assert m.step_times(done, go=1.0) == pytest.approx([0.15, 0.35])
+    assert m.step_times({0: [], 1: [1.0]}, go=0.0) == []
+    assert m.step_times({}, go=0.0) == []
+
+
+def test_windows_and_gaps() -> None:
+    bins = [1] * 5 + [0] * 3 + [1] + [0] * 2 + [1] * 9
+    assert m.windows([1, 2, 3, 4], 2) == [3, 5, 7]
+    assert m.windows([1], 2) == []
+    assert m.gaps(bins, 0, len(bins)) == (3, 5)
+    assert m.gaps(bins, 9, len(bins)) == (2, 2)
+
+
+def test_failover_settles_after_the_last_short_window() -> None:
+    cap = 8e6  # 1 MB/s: 10 kB per 10 ms bin, 100 kB per window
+    bins = [10_000] * 100 + [0] * 5 + [10_000] * 100  # a 50 ms hole at bin 100
+    r = m.failover(bins, fault_bin=100, end_bin=len(bins), capacity_bps=cap)
+    # windows containing any empty bin hold 95 kB or less (< 90 kB only with 2+
+    # empty bins); the last short window starts at bin 103
+    assert r["settle_ms"] == pytest.approx(40.0)
+    assert r["longest_gap_ms"] == pytest.approx(50.0)
+    assert r["empty_bins"] == 5
+    never = m.failover([10_000] * 50 + [0] * 150, 50, 200, cap)
+    assert never["settle_ms"] is None
+    clean = m.failover([10_000] * 200, 100, 200, cap)
+    assert clean["settle_ms"] == 0 and clean["longest_gap_ms"] == 0
+
+
+def test_jain_index() -> None:
+    assert m.jain([1.0, 1.0, 1.0]) == pytest.approx(1.0)
+    assert m.jain([1.0, 0.0]) == pytest.approx(0.5)
+    assert m.jain([]) is None and m.jain([0.0, 0.0]) is None
+    flows = [[10] * 20, [10] * 10 + [0] * 10]
+    assert m.jain_windows(flows, 0, 20) == pytest.approx([1.0, 0.5])
+
+
+def test_time_to_share() -> None:
+    flow = [0] * 10 + [1] * 30
+    # first window (10 bins) with >= 8 bytes starts at bin 8 and ends at bin 18
+    assert m.time_to_share(flow, 5, 8, len(flow)) == 13
+    assert m.time_to_share([0] * 40, 0, 1, 40) is None
+
+
+def test_worker_messages_are_checked_byte_for_byte() -> None:
+    spec = {"run": 7, "me": 1, "stack": "tcp", "pattern": "alltoall", "size": 4096}
+    tx = Worker(spec)
+    rx = Worker({**spec, "me": 2})
+    good = tx.message(3, 0, LAST, 4096)
+    rx.on_message(good, 0.0)
+    assert rx.ok_bytes == 4096 and rx.got[(3, 0)] == {1} and rx.last_seen[3]
+    bad = bytearray(good)
+    bad[HEADER.size + 100] ^= 1
+    rx.on_message(bytes(bad), 0.0)
+    assert rx.bad == 1 and rx.errors
+    rx.on_message(Worker({**spec, "run": 8}).message(3, 0, 0, 16), 0.0)
+    assert rx.stale == 1  # another run's message: ignored, not corrupt
+    rx.on_message(b"short", 0.0)
+    assert rx.bad == 2
+
+
+def test_a_partial_run_never_overwrites_the_matrix_section() -> None:
+    from tools.claims.report import section_name
+    from tools.claims.rows import DEFAULT_ROWS
+
+    assert section_name(list(DEFAULT_ROWS)) == "claims"
+    assert section_name([*DEFAULT_ROWS, "gaps"]) == "claims"
+    assert section_name(["gaps"]) == "claims-gaps"
+    assert section_name(["failover", "invisibility"]) == "claims-failover-invisibility"

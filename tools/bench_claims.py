@@ -1,0 +1,146 @@
+"""``braid bench claims``: the claims, measured side by side on the testbed.
+
+Braid (daemons + the Python API), kernel TCP (one connection per host pair,
+pinned to a plane, pairs striped over planes) and kernel MPTCP (one subflow
+per plane) run the same workloads on the same fabric under the same faults,
+one row after another, every stack in one sitting. Rows: see
+``tools.claims.rows.ROWS`` and docs/claims.md. Writes ``<out>/claims.json``,
+PNGs (``--plots``), and with ``--update-docs`` the tables in docs/claims.md.
+Root only (network namespaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+HELP = "the claims matrix: Braid vs kernel TCP vs kernel MPTCP on the testbed (root)"
+NAME = "claims"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from tools.claims.rows import DEFAULT_ROWS, STACKS
+
+    parser.add_argument("--rows", default=",".join(DEFAULT_ROWS),
+                        help=f"comma-separated rows to run, in this order (default: "
+                        f"{','.join(DEFAULT_ROWS)}; also: gaps, a diagnosis of Braid's "
+                        "fault-free empty 10 ms bins, with --daemon-qlog)")
+    parser.add_argument("--stacks", default=",".join(STACKS),
+                        help="comma-separated subset of braid,tcp,mptcp")
+    parser.add_argument("--plots", default=None, metavar="DIR",
+                        help="directory for the PNGs (default: docs/claims with --update-docs, "
+                        "else the --out directory)")
+    parser.add_argument("--name", default="claims", help="testbed name (default: claims)")
+    parser.add_argument("--daemon-qlog", action="store_true",
+                        help="daemons write <work>/hN.qlog (costs ~30%% goodput; for diagnosis)")
+    parser.add_argument("--render", default=None, metavar="JSON",
+                        help="measure nothing: redraw the tables, plots and (--update-docs) the "
+                        "docs section from an earlier claims.json")
+    parser.add_argument("--work", default=None, metavar="DIR",
+                        help="daemon configs and logs (default: <out>/claims-run)")
+
+
+def hosts_needed(rows: list[str], quick: bool) -> int:
+    need = 4
+    if "incast" in rows:
+        need = max(need, 5 if quick else 11)
+    if "fairness" in rows:
+        need = max(need, 3 if quick else 9)
+    return need
+
+
+def run(args: argparse.Namespace) -> int:
+    from tools.bench_common import REPO_ROOT, environment, progress
+    from tools.claims.fabric import ClaimsFabric
+    from tools.claims.report import write_all
+    from tools.claims.rows import ROWS, STACKS, Ctx
+    from tools.errors import UserError
+
+    if args.render:
+        import json
+
+        try:
+            data = json.loads(Path(args.render).read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot read {args.render}: {exc}") from None
+        plots = Path(args.plots) if args.plots else (
+            REPO_ROOT / "docs" / "claims" if args.update_docs else Path(args.out))
+        write_all(data, Path(args.out), plots, update_docs=bool(args.update_docs),
+                  docs=args.docs)
+        return 0
+    if os.geteuid() != 0:
+        raise UserError("braid bench claims needs root (it builds network namespaces)")
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    bad = [r for r in rows if r not in ROWS]
+    if bad or not rows:
+        raise UserError(f"unknown row {bad[0] if bad else '(none)'!r} (rows: {', '.join(ROWS)})")
+    stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
+    if not stacks or any(s not in STACKS for s in stacks):
+        raise UserError("--stacks takes braid, tcp and/or mptcp")
+    out = Path(args.out)
+    work = Path(args.work) if args.work else out / "claims-run"
+    plots = Path(args.plots) if args.plots else (
+        REPO_ROOT / "docs" / "claims" if args.update_docs else out)
+    n_hosts = hosts_needed(rows, args.quick)
+    t_start = time.monotonic()
+    me = os.getpid()
+
+    def _interrupt(signum: int, _frame: Any) -> None:
+        if os.getpid() != me:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def say(msg: str) -> None:
+        progress(f"{time.monotonic() - t_start:6.1f}s {msg}")
+
+    dargs = ["--qlog", str(work.resolve() / "{host}.qlog")] if args.daemon_qlog else []
+    fab = ClaimsFabric(n_hosts, args.name, work, dargs)
+    load0 = os.getloadavg()
+    results: dict[str, Any] = {}
+    ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
+    try:
+        say(f"bringing up the claims fabric: {n_hosts} hosts x 2 planes, leaf-spine, "
+            f"userspace link elements; Braid daemons on every host")
+        fab.up()
+        say(f"fabric and daemons up; rows: {', '.join(rows)}; stacks: {', '.join(stacks)}")
+        for i, row in enumerate(rows, 1):
+            t0 = time.monotonic()
+            say(f"row {i}/{len(rows)}: {row}")
+            try:
+                results[row] = ROWS[row](ctx)
+            except UserError:
+                raise
+            except Exception as exc:  # one broken row must not lose the others
+                results[row] = {"error": f"{type(exc).__name__}: {exc}"}
+                say(f"row {row} FAILED: {type(exc).__name__}: {exc}")
+            results[row]["seconds"] = round(time.monotonic() - t0, 1)
+    finally:
+        with contextlib.suppress(Exception):
+            fab.down()
+        for s, h in old.items():
+            signal.signal(s, h)
+    say("fabric torn down")
+    import subprocess
+
+    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, timeout=10).stdout.strip()
+    data = {"bench": NAME, "quick": bool(args.quick), "rows": results, "stacks": stacks,
+            "hosts": n_hosts, "element": "userspace (AF_PACKET) link element",
+            "transfers": ctx.transfers, "environment": environment(), "commit": commit,
+            "seconds": round(time.monotonic() - t_start, 1),
+            "loadavg": {"start": [round(x, 2) for x in load0],
+                        "end": [round(x, 2) for x in os.getloadavg()]}}
+    path = write_all(data, out, plots, update_docs=bool(args.update_docs), docs=args.docs)
+    failed = [t for t in ctx.transfers if not t["ok"]]
+    say(f"wrote {path}; {len(ctx.transfers)} runs, {len(failed)} with a failed transfer "
+        f"(reasons in the JSON)")
+    return 0

@@ -1,0 +1,371 @@
+"""Tables, plots and the docs section of ``braid bench claims``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tools.bench_common import markdown_table, replace_section, text_table
+from tools.claims import metrics as m
+
+DOCS_NAME = "claims"
+
+
+def section_name(rows: list[str]) -> str:
+    """The full matrix owns the ``claims`` section; a run of some rows only
+    writes its own section (``claims-gaps``, ...), never over the matrix."""
+    from tools.claims.rows import DEFAULT_ROWS
+
+    if set(DEFAULT_ROWS) <= set(rows):
+        return DOCS_NAME
+    return DOCS_NAME + "-" + "-".join(rows)
+
+
+def _f(x: Any, nd: int = 2, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "NO"
+    if isinstance(x, int | float):
+        return f"{x:.{nd}f}{unit}"
+    return str(x)
+
+
+def _ms(x: Any) -> str:
+    return "-" if x is None else f"{x * 1000:.1f}"
+
+
+def _get(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def _met(ok: bool | None) -> str:
+    return "-" if ok is None else ("met" if ok else "NOT met")
+
+
+def targets(data: dict[str, Any]) -> list[list[str]]:
+    """Issue 13's targets next to Braid's figure and the references, same sitting."""
+    R = data["rows"]
+    out: list[list[str]] = []
+    inv = _get(R, "invisibility", "per_stack") or {}
+    b, t, mp = (_get(inv, s, "ratio_p100") for s in ("braid", "tcp", "mptcp"))
+    if "braid" in inv:
+        closer = None
+        if b is not None and t is not None and mp is not None:
+            closer = b <= 1.0 or ((t - 1) >= 5 * (b - 1) and (mp - 1) >= 5 * (b - 1))
+        verdict = _met(None if b is None else b <= 1.5 and bool(closer))
+        ff = {st: _get(inv, st, "fault_free", "p100") for st in ("braid", "tcp", "mptcp")}
+        refs = [v for k, v in ff.items() if k != "braid" and v]
+        if verdict == "met" and ff["braid"] and refs and ff["braid"] > 2 * min(refs):
+            verdict = (f"met on the ratio only: Braid's fault-free p100 is "
+                       f"{ff['braid'] / min(refs):.0f}x the kernel stacks'")
+        out.append(["invisibility: p100 ratio <= 1.5, >= 5x closer to 1 than tcp and mptcp",
+                    _f(b), f"tcp {_f(t)}, mptcp {_f(mp)}", verdict])
+    fo = _get(R, "failover", "per_stack") or {}
+    if "braid" in fo:
+        bs, ms = _get(fo, "braid", "faulted", "settle_ms"), _get(fo, "mptcp", "faulted",
+                                                                  "settle_ms")
+        ok = None if bs is None and ms is None else (
+            bs is not None and (bs <= 10 or (ms is None or ms >= 10 * bs)))
+        out.append(["failover: settle >= 10x sooner than mptcp or within one 10 ms bin",
+                    _f(bs, 0, " ms"), f"mptcp {_f(ms, 0, ' ms')}", _met(ok)])
+        g1, g0 = (_get(fo, "braid", k, "longest_gap_ms") for k in ("faulted", "fault_free"))
+        out.append(["failover: longest gap <= 20 ms with and without the fault",
+                    f"{_f(g1, 0)} / {_f(g0, 0)} ms",
+                    f"mptcp {_f(_get(fo, 'mptcp', 'faulted', 'longest_gap_ms'), 0)} / "
+                    f"{_f(_get(fo, 'mptcp', 'fault_free', 'longest_gap_ms'), 0)} ms",
+                    _met(None if g1 is None or g0 is None else max(g1, g0) <= 20)])
+    ic = _get(R, "incast", "per_stack") or {}
+    if "braid" in ic:
+        c, r, v = (_get(ic, "braid", k) for k in ("completion_p100_over_ideal", "rtos",
+                                                   "victim_ratio"))
+        out.append(["incast (trimming): completion <= 1.2x ideal, 0 RTOs, victim >= 0.8",
+                    f"{_f(c)}x, {r} RTOs, victim {_f(v)}",
+                    f"tail-drop {_f(_get(ic, 'braid-taildrop', 'completion_p100_over_ideal'))}x"
+                    f"; tcp {_f(_get(ic, 'tcp', 'completion_p100_over_ideal'))}x; mptcp "
+                    f"{_f(_get(ic, 'mptcp', 'completion_p100_over_ideal'))}x",
+                    _met(None if c is None or v is None else c <= 1.2 and r == 0 and v >= 0.8)])
+    asy = _get(R, "asymmetric", "per_stack") or {}
+    if "braid" in asy:
+        vals = [_get(asy, "braid", k, "ratio") for k in ("half_rate", "latency")]
+        out.append(["asymmetric planes: goodput >= 0.9 of the sum of capacities",
+                    " / ".join(_f(x) for x in vals),
+                    "mptcp " + " / ".join(_f(_get(asy, "mptcp", k, "ratio"))
+                                          for k in ("half_rate", "latency")),
+                    _met(None if None in vals else min(vals) >= 0.9)])
+    fa = _get(R, "fairness", "per_stack") or {}
+    if "braid" in fa:
+        js = [x.get("jain_median") for x in fa["braid"].values()]
+        nr = [x.get("newcomer_worst_rtts") for x in fa["braid"].values()]
+        out.append(["fairness: Jain >= 0.95 once converged (median of 100 ms windows)",
+                    " / ".join(_f(x) for x in js),
+                    "tcp " + " / ".join(_f(x.get("jain_median"))
+                                        for x in (fa.get("tcp") or {}).values()),
+                    _met(None if None in js else min(js) >= 0.95)])
+        ms = [x.get("newcomer_worst_ms") for x in fa["braid"].values()]
+        out.append(["fairness: a newcomer reaches 80% of its share within 50 srtt",
+                    " / ".join(_f(x, 0) for x in nr) + " srtt (" +
+                    " / ".join(_f(x, 0) for x in ms) + " ms; srtt includes host delay)",
+                    "tcp " + " / ".join(_f(x.get("newcomer_worst_ms"), 0)
+                                        for x in (fa.get("tcp") or {}).values()) + " ms",
+                    _met(None if None in nr else max(nr) <= 50)])
+    co = _get(R, "compound", "per_stack", "braid")
+    if co:
+        gap, srtt = co.get("longest_gap_after_fault_ms"), co.get("srtt_ms")
+        out.append(["compound: no stall longer than 10 srtt (+ a probe interval)",
+                    f"{gap} ms (srtt {_f(srtt, 1)} ms)",
+                    f"tcp {_get(R, 'compound', 'per_stack', 'tcp', 'longest_gap_after_fault_ms')}"
+                    f" ms, mptcp "
+                    f"{_get(R, 'compound', 'per_stack', 'mptcp', 'longest_gap_after_fault_ms')}"
+                    " ms", _met(None if gap is None or not srtt else gap <= 10 * srtt)])
+    return out
+
+
+def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) per row of the matrix."""
+    out: list[tuple[str, list[str], list[list[str]]]] = []
+    R = data["rows"]
+    if "invisibility" in R and "per_stack" in R["invisibility"]:
+        rows = []
+        for k, v in R["invisibility"]["per_stack"].items():
+            ff, fl = v["fault_free"], v["faulted"]
+            rows.append([k, str(ff["n"]), _ms(ff["p50"]), _ms(ff["p99"]), _ms(ff["p100"]),
+                         str(fl["n"]), _ms(fl["p50"]), _ms(fl["p99"]), _ms(fl["p100"]),
+                         _f(v["ratio_p100"]) if fl["complete"] else "failed",
+                         str(fl["rtos"])])
+        out.append(("invisibility: step time (ms), fault-free vs fault timeline",
+                    ["stack", "steps", "p50", "p99", "p100", "steps (faulted)", "p50", "p99",
+                     "p100", "p100 ratio", "RTOs"], rows))
+    if "failover" in R and "per_stack" in R["failover"]:
+        rows = []
+        for k, v in R["failover"]["per_stack"].items():
+            ff, fl = v["fault_free"], v["faulted"]
+            rows.append([k, _f(fl["settle_ms"], 0), _f(fl["longest_gap_ms"], 0),
+                         _f(fl["stall_ms"], 0), _f(fl["capacity_mbps"], 1),
+                         _f(ff["settle_ms"], 0), _f(ff["longest_gap_ms"], 0),
+                         str(ff["empty_bins"]), _f(ff["goodput_mbps"], 1),
+                         _f(fl["complete"] and ff["complete"])])
+        out.append(("failover: plane 0 blackholed (ms; 10 ms bins, 100 ms windows)",
+                    ["stack", "settle", "longest gap", "stall", "surviving cap Mbit/s",
+                     "no-fault settle", "no-fault longest gap", "no-fault empty bins",
+                     "no-fault Mbit/s", "byte-exact"], rows))
+    if "loss" in R and "per_stack" in R["loss"]:
+        rows = []
+        for k, v in R["loss"]["per_stack"].items():
+            for rate, x in v.items():
+                rows.append([k, rate, _f(x["goodput_mbps"], 1), _f(x["capacity_mbps"], 1),
+                             _f(x["ratio"]), str(x["rtos"]), _f(x["complete"])])
+        out.append(("loss curve: goodput / capacity", ["stack", "loss", "Mbit/s",
+                                                       "capacity", "ratio", "RTOs",
+                                                       "byte-exact"], rows))
+    if "asymmetric" in R and "per_stack" in R["asymmetric"]:
+        rows = []
+        for k, v in R["asymmetric"]["per_stack"].items():
+            for case, x in v.items():
+                rows.append([k, case, _f(x["goodput_mbps"], 1), _f(x["capacity_mbps"], 1),
+                             _f(x["ratio"]), _f(x["complete"])])
+        out.append(("asymmetric planes: goodput / sum of plane capacities",
+                    ["stack", "case", "Mbit/s", "capacity", "ratio", "byte-exact"], rows))
+    if "compound" in R and "per_stack" in R["compound"]:
+        rows = [[k, str(v["longest_gap_after_fault_ms"]), str(v["empty_bins_after"]),
+                 _f(v["goodput_after_mbps"], 1), str(v["rtos"]), _f(v["srtt_ms"], 1),
+                 _f(v["complete"])] for k, v in R["compound"]["per_stack"].items()]
+        out.append(("compound: plane 0 down + 30% one-way loss on plane 1",
+                    ["stack", "longest gap ms", "empty bins", "Mbit/s after", "RTOs",
+                     "srtt ms", "byte-exact"], rows))
+    if "incast" in R and "per_stack" in R["incast"]:
+        rows = [[k, str(v["bursts"]), _f(v["completion_p50_over_ideal"]),
+                 _f(v["completion_p100_over_ideal"]), _f(v["ideal_ms"], 1), str(v["rtos"]),
+                 _f(v["victim_ratio"]), _f(v["complete"])]
+                for k, v in R["incast"]["per_stack"].items()]
+        out.append((f"incast {R['incast']['senders']}->1 with a victim flow",
+                    ["stack", "bursts", "p50/ideal", "p100/ideal", "ideal ms", "RTOs",
+                     "victim goodput ratio", "byte-exact"], rows))
+    if "fairness" in R and "per_stack" in R["fairness"]:
+        rows = []
+        for k, v in R["fairness"]["per_stack"].items():
+            for n, x in v.items():
+                rows.append([k, n, _f(x["jain_min"]), _f(x["jain_median"]),
+                             _f(x["newcomer_worst_ms"], 0), _f(x["newcomer_worst_rtts"], 1),
+                             _f(x["complete"])])
+        out.append(("fairness: flows into one host, started one after another",
+                    ["stack", "flows", "Jain min", "Jain median", "newcomer to 80% ms",
+                     "in srtts", "byte-exact"], rows))
+    if "gaps" in R and "per_stack" in R["gaps"]:
+        rows = []
+        for k, v in R["gaps"]["per_stack"]["braid"].items():
+            a = v.get("analysis") or {}
+            c = a.get("causes") or {}
+            pg = v.get("kernel_ping_ms") or {}
+            cw = a.get("cwnd_bytes") or {}
+            rows.append([k, _f(v["goodput_mbps"], 1), f"{v['empty_bins']}/{v['bins']}",
+                         str(v["longest_gap_ms"]), _f(v.get("min_rtt_ms"), 1),
+                         _f(v.get("srtt_ms"), 1), f"{_f(pg.get('min'), 2)}/{_f(pg.get('avg'), 2)}",
+                         _f(a.get("window_limited_fraction")), str(cw.get("p50", "-")),
+                         str(a.get("pauses", "-")),
+                         *[str(c.get(x, "-")) for x in ("handoff", "sender_stall",
+                                                        "retransmission", "window", "other")]])
+        out.append(("gaps: Braid's fault-free empty 10 ms bins and their causes",
+                    ["flow", "Mbit/s", "empty bins", "longest gap ms", "Braid min RTT ms",
+                     "srtt ms", "kernel ping min/avg ms", "window-limited", "cwnd p50 B",
+                     "pauses >= 20 ms",
+                     "hand-off",
+                     "sender stall", "retransmission", "window", "other"], rows))
+    return out
+
+
+def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> str:
+    env = data["environment"]
+    parts = [f"Measured {env['time']} at commit `{data['commit']}` on {env['machine']}, "
+             f"{env['cpus']} CPUs (shared with other work: absolute numbers are noisy, ratios "
+             f"within one sitting are the figures), {env['system']}, Python {env['python']}; "
+             f"{'--quick' if data['quick'] else 'full'} run, {data['hosts']} hosts x 2 planes "
+             f"at 100 Mbit/s, link element: {data['element']}; {data['seconds']:.0f} s"
+             + (f"; 1-minute load average {data['loadavg']['start'][0]:.1f} at the start, "
+                f"{data['loadavg']['end'][0]:.1f} at the end (2 CPUs)"
+                if data.get("loadavg") else "") + "."]
+    tg = targets(data)
+    if tg:
+        parts.append("**Targets of issue 13, Braid today** (same sitting)\n\n" + markdown_table(
+            ["target", "braid", "reference", ""], tg))
+    for title, header, rows in tables(data):
+        parts.append(f"**{title}**\n\n" + markdown_table(header, rows))
+    failed = [t for t in data["transfers"] if not t["ok"]]
+    def why(t: dict[str, Any]) -> str:
+        seen: list[str] = []
+        for r in (t["reason"] or "").split("; "):
+            if r and r not in seen:
+                seen.append(r)
+        return "; ".join(seen[:2])
+
+    warm = sum(len(t.get("warmup_failures") or []) for t in data["transfers"])
+    parts.append(f"{len(data['transfers'])} runs; {len(failed)} with a failed transfer" + (
+        ": " + "; ".join(f"{t['row']}/{t['stack']}/{t['run']} ({why(t)})"
+                         for t in failed[:12]) if failed else ".")
+        + f" Warm-up sends that hit the idle-connection failure: {warm}.")
+    errs = {k: v["error"] for k, v in data["rows"].items() if "error" in v}
+    if errs:
+        parts.append("Rows that raised: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
+    for p in plots:
+        p = p.resolve()
+        rel = p.relative_to(docs_dir) if docs_dir and p.is_relative_to(docs_dir) else p
+        parts.append(f"![{p.stem}]({rel})")
+    return "\n\n".join(parts)
+
+
+def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    out: list[Path] = []
+    R = data["rows"]
+    inv = R.get("invisibility", {}).get("series")
+    if inv:
+        stacks = sorted({k.split("/")[0] for k in inv})
+        fig, axes = plt.subplots(1, len(stacks), figsize=(4.2 * len(stacks), 3.4), squeeze=False,
+                                 sharex=True)
+        for ax, st in zip(axes[0], stacks, strict=True):
+            for key, xs in sorted(inv.items()):
+                if key.split("/")[0] != st or not xs:
+                    continue
+                s = sorted(x * 1000 for x in xs)
+                ax.step(s, [(i + 1) / len(s) for i in range(len(s))], where="post",
+                        label="/".join(key.split("/")[1:]))
+            ax.set_xscale("log")
+            ax.set_title(f"{st}: step time CDF")
+            ax.set_xlabel("step time (ms)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        axes[0][0].set_ylabel("fraction of steps")
+        fig.tight_layout()
+        p = plots_dir / "claims-step-cdf.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(p)
+    if inv:
+        import itertools
+        import re
+
+        fig, ax = plt.subplots(figsize=(9, 3.6))
+        for key, xs in sorted(inv.items()):
+            if not key.endswith("/faulted") or not xs:
+                continue
+            ends = list(itertools.accumulate(xs))
+            ax.plot(ends, [x * 1000 for x in xs], marker=".", lw=0.8, ms=3,
+                    label=key.rsplit("/", 1)[0])
+        for ev in R["invisibility"].get("timeline", []):
+            mt = re.match(r"at ([\d.]+) (.*)", ev)
+            if mt:
+                ax.axvline(float(mt.group(1)), color="k", ls=":", lw=0.7)
+                ax.text(float(mt.group(1)), 1.0, " " + mt.group(2), rotation=90, fontsize=6,
+                        va="top", transform=ax.get_xaxis_transform())
+        ax.set_yscale("log")
+        ax.set_xlabel("seconds (end of step)")
+        ax.set_ylabel("step time (ms)")
+        ax.set_title("invisibility: every step through the fault timeline")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=3)
+        fig.tight_layout()
+        p = plots_dir / "claims-invisibility-timeline.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(p)
+    for row, title in (("failover", "plane 0 blackholed"), ("compound",
+                                                            "plane 0 down + 30% loss on p1")):
+        series = R.get(row, {}).get("series")
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(9, 3.6))
+        for key, bins in sorted(series.items()):
+            w = m.windows(bins, 5)
+            ax.plot([(i + 5) * m.BIN_S for i in range(len(w))],
+                    [x * 8 / (5 * m.BIN_S) / 1e6 for x in w], label=key, lw=1)
+        if R[row].get("fault_at") is not None:
+            ax.axvline(R[row]["fault_at"], color="k", ls="--", lw=0.8)
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("goodput (Mbit/s, 50 ms)")
+        ax.set_title(f"{row}: {title}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        p = plots_dir / f"claims-{row}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(p)
+    return out
+
+
+def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: bool,
+              docs: str | None) -> Path:
+    from tools.bench_common import REPO_ROOT
+    from tools.errors import UserError
+
+    pngs: list[Path] = []
+    try:
+        pngs = plot(data, plots_dir)
+    except Exception as exc:  # the numbers matter more than the pictures
+        data["plot_error"] = f"{type(exc).__name__}: {exc}"
+    data["plots"] = [str(p) for p in pngs]
+    data["targets"] = targets(data)
+    for title, header, rows in tables(data):
+        print(f"\n{title}\n" + text_table(header, rows))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "claims.json"
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise UserError(f"cannot write results to {out}: {exc.strerror}") from None
+    docs_path = (Path(docs) if docs else REPO_ROOT / "docs" / "claims.md").resolve()
+    md = markdown(data, pngs, docs_path.parent)
+    (out / "claims.md").write_text(md + "\n")
+    if update_docs:
+        replace_section(docs_path, section_name(list(data["rows"])), md)
+    return path

@@ -1,0 +1,537 @@
+"""The rows of the claims matrix; each runs every stack in one sitting.
+
+A row function takes a ``Ctx`` and returns a JSON-able dict: ``per_stack``
+figures, ``series`` (bins / step times kept for the plots) and a one-line
+``headline``. Every run's transfers are recorded in ``ctx.transfers`` with
+``ok`` (byte-exact, nothing failed) or the reason it failed.
+
+Capacities are payload rates: a plane carries ``RATE_MBIT`` of frames, so a
+stack's payload capacity is that times its payload share of a 1500-byte
+frame (Braid 1368 of 1494 bytes on IPv4; TCP 1448 of 1514).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.claims import metrics as m
+from tools.claims.fabric import PLANES, RATE_MBIT, ClaimsFabric
+
+EFF = {"braid": 1368 / 1494, "braid-taildrop": 1368 / 1494, "tcp": 1448 / 1514,
+       "mptcp": 1448 / 1514}
+STACKS = ("braid", "tcp", "mptcp")
+MSG = 65536  # stream message size (the issue's 64 KiB)
+#: Messages a stream keeps queued (1 MiB: several bandwidth-delay products of
+#: a plane here), and how long after its stop time they may take to be acked
+#: before the run counts as failed.
+INFLIGHT = 16
+GRACE = 8.0
+
+
+@dataclass
+class Ctx:
+    fab: ClaimsFabric
+    quick: bool
+    stacks: list[str]
+    say: Callable[[str], None]
+    transfers: list[dict[str, Any]] = field(default_factory=list)
+
+    def q(self, quick: Any, full: Any) -> Any:
+        return quick if self.quick else full
+
+
+def plane_cap_bps(stack: str, planes: float = 1.0) -> float:
+    return planes * RATE_MBIT * 1e6 * EFF[stack]
+
+
+def pair_plane(a: int, b: int) -> int:
+    """TCP pairs striped over planes, as a collective library does with NICs."""
+    return (a + b) % PLANES
+
+
+def _record(ctx: Ctx, row: str, stack: str, label: str, res: dict[int, dict[str, Any]]
+            ) -> bool:
+    errs = [e for r in res.values() for e in r.get("errors", [])]
+    bad = sum(int(r.get("bad", 0)) for r in res.values())
+    ok = not errs and bad == 0
+    blocked = [f"h{h}->h{d}" for h, r in res.items() for d in r.get("blocked", [])]
+    warm = [w for r in res.values() for w in r.get("warmup_failures", [])]
+    ctx.transfers.append({"row": row, "stack": stack, "run": label, "ok": ok,
+                          "blocked_flows": blocked, "warmup_failures": warm,
+                          "bytes": sum(int(r.get("ok_bytes", 0)) for r in res.values()),
+                          "bad_messages": bad, "reason": "; ".join(errs[:3]) or None,
+                          "fired": next((r.get("fired") for r in res.values()), []),
+                          "hosts": {str(h): {"steps": len(r.get("done", [])),
+                                             "errors": r.get("errors", [])[:3],
+                                             "conns": r.get("conns"), "kernel": r.get("kernel"),
+                                             "stale": r.get("stale"), "cut": r.get("cut")}
+                                    for h, r in res.items()}})
+    if not ok:
+        ctx.say(f"  {row}/{stack}/{label}: FAILED: {'; '.join(errs[:2])} (bad {bad})")
+    return ok
+
+
+def _stack_name(stack: str) -> str:
+    return "braid" if stack.startswith("braid") else stack
+
+
+# -- run builders ------------------------------------------------------------------------------
+Flow = tuple[int, int, float, float, int | None]
+
+
+def stream(ctx: Ctx, stack: str, flows: Sequence[Flow],
+           duration: float, faults: list[tuple[float, str]] | None = None
+           ) -> dict[int, dict[str, Any]]:
+    """Flows (src, dst, start, stop, plane or None) of 64 KiB messages."""
+    specs: dict[int, dict[str, Any]] = {}
+    for src, dst, start, stop, plane in flows:
+        for h in (src, dst):
+            specs.setdefault(h, {"pattern": "stream", "duration": duration, "out": [],
+                                 "connect": [], "accept": [], "msg": MSG, "grace": GRACE,
+                                 "inflight": INFLIGHT})
+        specs[src]["out"].append({"to": dst, "start": start, "stop": stop})
+        specs[src]["connect"].append([dst, pair_plane(src, dst) if plane is None else plane])
+        specs[dst]["accept"].append(src)
+    return ctx.fab.run(_stack_name(stack), specs, faults, timeout=duration + 60)
+
+
+def collective(ctx: Ctx, stack: str, pattern: str, group: list[int], size: int,
+               stop_after: float, faults: list[tuple[float, str]] | None = None,
+               grace: float = 10.0) -> dict[int, dict[str, Any]]:
+    specs: dict[int, dict[str, Any]] = {}
+    for h in group:
+        if pattern == "incast":
+            root = group[0]
+            peers = [j for j in group if j != h] if h == root else [root]
+        else:
+            peers = [j for j in group if j != h]
+        specs[h] = {"pattern": pattern, "group": group, "size": size, "stop_after": stop_after,
+                    "grace": grace,
+                    "connect": [[j, pair_plane(h, j)] for j in peers if j > h],
+                    "accept": [j for j in peers if j < h]}
+        if stack.startswith("braid"):
+            specs[h]["connect"] = [[j, 0] for j in peers]
+    return ctx.fab.run(_stack_name(stack), specs, faults, timeout=stop_after + grace + 60)
+
+
+def _steps(res: dict[int, dict[str, Any]], hosts: list[int] | None = None) -> list[float]:
+    done = {h: r.get("done", []) for h, r in res.items() if hosts is None or h in hosts}
+    go = next((r["go"] for r in res.values() if r.get("go")), 0.0)
+    return m.step_times(done, go)
+
+
+def _bins(res: dict[int, dict[str, Any]], dst: int, src: int | None = None) -> list[int]:
+    b = res.get(dst, {}).get("bins", {})
+    if src is not None:
+        return list(b.get(str(src), []))
+    return m.add_bins(list(b.values()))
+
+
+def _braid_stat(res: dict[int, dict[str, Any]], key: str, hosts: list[int] | None = None
+                ) -> float:
+    tot = 0.0
+    for h, r in res.items():
+        if hosts is None or h in hosts:
+            for c in r.get("conns", []):
+                v = c.get(key)
+                if isinstance(v, int | float):
+                    tot += v
+    return tot
+
+
+def _rtos(stack: str, res: dict[int, dict[str, Any]], hosts: list[int] | None = None) -> int:
+    if stack.startswith("braid"):
+        return int(_braid_stat(res, "rtos", hosts))
+    return sum(int(r.get("kernel", {}).get("TCPTimeouts", 0)) for h, r in res.items()
+               if hosts is None or h in hosts)
+
+
+def _min_rtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
+    vals = [c["min_rtt"] for r in res.values() for c in r.get("conns", [])
+            if isinstance(c.get("min_rtt"), int | float) and c.get("packets_sent")]
+    return min(vals) * 1000 if vals else None
+
+
+class _Ping:
+    """Kernel ICMP RTT across the same path while a run goes on: what the
+    network (elements, queues) adds, without the Python endpoints' scheduling."""
+
+    def __init__(self, ctx: Ctx, host: str, dst: str, dur: float) -> None:
+        import shutil
+        import subprocess
+
+        self.proc: Any = None
+        if shutil.which("ping") is None:
+            return
+        n = max(5, int((dur + 0.5) / 0.02))
+        self.proc = ctx.fab.tb.popen(host, ["ping", "-n", "-q", "-i", "0.02", "-c", str(n),
+                                            "-w", str(int(dur + 30)), dst],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
+
+    def result(self) -> dict[str, float] | None:
+        import re
+        import subprocess
+
+        if self.proc is None:
+            return None
+        try:
+            out, _ = self.proc.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+        m = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms", out or "")
+        if not m:
+            return None
+        return {"min": float(m.group(1)), "avg": float(m.group(2)), "max": float(m.group(3))}
+
+
+def _srtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
+    vals = [c["srtt"] for r in res.values() for c in r.get("conns", [])
+            if isinstance(c.get("srtt"), int | float) and c["srtt"] > 0
+            and c.get("packets_sent")]  # a receiver's srtt is only the initial guess
+    return statistics.median(vals) * 1000 if vals else None
+
+
+# -- rows --------------------------------------------------------------------------------------
+def invisibility(ctx: Ctx) -> dict[str, Any]:
+    """All-to-all step times fault-free and under a fault timeline."""
+    group = [0, 1, 2, 3] if ctx.fab.n_hosts >= 4 else list(range(ctx.fab.n_hosts))
+    size = ctx.q(64 << 10, 128 << 10)
+    dur = ctx.q(2.5, 9.0)
+    timeline = ctx.q(
+        [(0.4, "plane 1 down"), (1.0, "plane 1 up"), (1.3, "spine s0 plane 0 reboot 300ms"),
+         (1.8, "link h2:p1 flap 100ms for 0.4s")],
+        [(1.0, "plane 1 down"), (2.5, "plane 1 up"), (3.5, "spine s0 plane 0 reboot 500ms"),
+         (4.8, "link h1:p0 gray up 50%"), (5.8, "link h1:p0 heal"),
+         (6.5, "link h2:p1 flap 200ms for 1s")])
+    patterns = ctx.q(["alltoall"], ["alltoall", "ring"])
+    per: dict[str, Any] = {}
+    series: dict[str, Any] = {}
+    for stack in ctx.stacks:
+        for pat in patterns:
+            out: dict[str, Any] = {}
+            for label, faults in (("fault_free", None), ("faulted", timeline)):
+                ctx.say(f"  invisibility/{stack}/{pat}/{label}: {len(group)} hosts, "
+                        f"{size >> 10} KiB per peer per step, {dur:g} s")
+                res = collective(ctx, stack, pat, group, size, dur, faults,
+                                 grace=ctx.q(4.0, 10.0))
+                ok = _record(ctx, "invisibility", stack, f"{pat}/{label}", res)
+                st = _steps(res)
+                out[label] = {**m.summary(st), "complete": ok, "rtos": _rtos(stack, res)}
+                series[f"{stack}/{pat}/{label}"] = st
+            ff, fl = out["fault_free"], out["faulted"]
+            ratio = None
+            if ff["p100"] and fl["p100"] and fl["complete"]:
+                ratio = fl["p100"] / ff["p100"]
+            out["ratio_p100"] = ratio
+            per[f"{stack}/{pat}" if pat != "alltoall" else stack] = out
+            ctx.say(f"  invisibility/{stack}/{pat}: p100 {_ms(ff['p100'])} -> "
+                    f"{_ms(fl['p100'])} ms, ratio {_fmt(ratio)}")
+    return {"group": group, "size": size, "duration": dur,
+            "timeline": [f"at {t:g} {f}" for t, f in timeline], "per_stack": per,
+            "series": series}
+
+
+def failover(ctx: Ctx) -> dict[str, Any]:
+    """One flow over 2 planes; plane 0 silently blackholed mid-transfer."""
+    dur, t_fault = ctx.q((1.6, 0.6), (3.0, 1.0))
+    first = 20  # bins: skip the first 200 ms (connection start, slow start)
+    end = int(dur / m.BIN_S)
+    per: dict[str, Any] = {}
+    series: dict[str, Any] = {}
+    for stack in ctx.stacks:
+        out: dict[str, Any] = {}
+        ff_cap = None
+        for label, faults in (("fault_free", None), ("faulted", [(t_fault, "plane 0 down")])):
+            ctx.say(f"  failover/{stack}/{label}: h0 -> h3, {dur:g} s"
+                    + (f", plane 0 blackholed at {t_fault:g} s" if faults else ""))
+            res = stream(ctx, stack, [(0, 3, 0.0, dur, 0)], dur, faults)
+            ok = _record(ctx, "failover", stack, label, res)
+            bins = _bins(res, 3)
+            w = m.windows(bins[first:end])
+            median_w = statistics.median(w) if w else 0.0
+            med_bps = median_w * 8 / (m.BIN_S * m.WINDOW_BINS)
+            if faults is None:
+                ff_cap = med_bps
+                cap = med_bps
+            else:
+                surviving = plane_cap_bps(stack, PLANES - 1 if stack != "tcp" else 1)
+                cap = min(ff_cap or surviving, surviving)
+            fo = m.failover(bins, int(t_fault / m.BIN_S), end, cap, first_bin=first)
+            out[label] = {**fo, "capacity_mbps": cap / 1e6, "complete": ok,
+                          "rtos": _rtos(stack, res)}
+            series[f"{stack}/{label}"] = bins[:end]
+        per[stack] = out
+        ctx.say(f"  failover/{stack}: settle {_fmt(out['faulted']['settle_ms'])} ms, longest gap "
+                f"{out['faulted']['longest_gap_ms']:.0f} ms (fault-free "
+                f"{out['fault_free']['longest_gap_ms']:.0f} ms, "
+                f"{out['fault_free']['empty_bins']} empty bins)")
+    return {"duration": dur, "fault_at": t_fault, "fault": "plane 0 down (element blackhole)",
+            "per_stack": per, "series": series}
+
+
+def loss(ctx: Ctx) -> dict[str, Any]:
+    """Random loss on every path of the sender: goodput / capacity."""
+    dur = ctx.q(1.2, 3.0)
+    rates = ctx.q([0.01], [0.0, 0.001, 0.01, 0.05])
+    first, end = 30, int(dur / m.BIN_S)
+    per: dict[str, Any] = {}
+    for stack in ctx.stacks:
+        out: dict[str, Any] = {}
+        for r in rates:
+            faults = [(0.0, f"link h0:p{p} loss {r * 100:g}% up") for p in range(PLANES)] \
+                if r else None
+            ctx.say(f"  loss/{stack}: {r * 100:g}% on every path, {dur:g} s")
+            res = stream(ctx, stack, [(0, 3, 0.0, dur, None)], dur, faults)
+            ok = _record(ctx, "loss", stack, f"{r * 100:g}%", res)
+            bins = _bins(res, 3)
+            gp = sum(bins[first:end]) * 8 / ((end - first) * m.BIN_S)
+            cap = plane_cap_bps(stack, PLANES if stack != "tcp" else 1)
+            out[f"{r * 100:g}%"] = {"goodput_mbps": gp / 1e6, "capacity_mbps": cap / 1e6,
+                                    "ratio": gp / cap, "complete": ok,
+                                    "rtos": _rtos(stack, res)}
+        per[stack] = out
+        ctx.say("  loss/" + stack + ": " + ", ".join(
+            f"{k} {v['ratio']:.2f}" for k, v in out.items()))
+    return {"duration": dur, "where": "h0's host links on every plane, data direction",
+            "per_stack": per}
+
+
+def asymmetric(ctx: Ctx) -> dict[str, Any]:
+    """Plane 1 at half rate; plane 1 with extra latency: goodput / sum of capacities."""
+    dur = ctx.q(1.2, 3.0)
+    first, end = 30, int(dur / m.BIN_S)
+    cases = {
+        "half_rate": ([(0.0, f"plane 1 rate {RATE_MBIT // 2}mbit")], 1.5),
+        "latency": ([(0.0, "link h0:p1 delay 2ms"), (0.0, "link h3:p1 delay 2ms")], 2.0),
+    }
+    per: dict[str, Any] = {}
+    for stack in ctx.stacks:
+        out: dict[str, Any] = {}
+        for case, (faults, planes_cap) in cases.items():
+            ctx.say(f"  asymmetric/{stack}/{case}: {dur:g} s")
+            res = stream(ctx, stack, [(0, 3, 0.0, dur, 1)], dur, faults)
+            ok = _record(ctx, "asymmetric", stack, case, res)
+            bins = _bins(res, 3)
+            gp = sum(bins[first:end]) * 8 / ((end - first) * m.BIN_S)
+            cap = plane_cap_bps(stack, planes_cap)
+            out[case] = {"goodput_mbps": gp / 1e6, "capacity_mbps": cap / 1e6,
+                         "ratio": gp / cap, "complete": ok, "srtt_ms": _srtt_ms(res)}
+        per[stack] = out
+        ctx.say("  asymmetric/" + stack + ": " + ", ".join(
+            f"{k} {v['ratio']:.2f}" for k, v in out.items()))
+    return {"duration": dur, "cases": {
+        "half_rate": "every plane-1 link at half rate; capacity = 1.5 planes",
+        "latency": "h0's and h3's plane-1 links +2 ms each way (RTT +8 ms on plane 1)"},
+        "note": "tcp's single connection rides plane 1 (the degraded one)", "per_stack": per}
+
+
+def compound(ctx: Ctx) -> dict[str, Any]:
+    """Plane 0 dies while plane 1 (the survivor) loses 30% of the data one way."""
+    dur, t_fault = ctx.q((1.6, 0.5), (3.0, 1.0))
+    end = int(dur / m.BIN_S)
+    faults = [(t_fault, "plane 0 down"), (t_fault, "link h0:p1 gray up 30%")]
+    per: dict[str, Any] = {}
+    series: dict[str, Any] = {}
+    for stack in ctx.stacks:
+        ctx.say(f"  compound/{stack}: plane 0 down + 30% loss h0->p1 at {t_fault:g} s")
+        res = stream(ctx, stack, [(0, 3, 0.0, dur, 1)], dur, faults)
+        ok = _record(ctx, "compound", stack, "compound", res)
+        bins = _bins(res, 3)
+        fb = int(t_fault / m.BIN_S)
+        longest, empty = m.gaps(bins, fb, end)
+        after = sum(bins[fb:end]) * 8 / (max(1, end - fb) * m.BIN_S)
+        per[stack] = {"longest_gap_after_fault_ms": longest * 10, "empty_bins_after": empty,
+                      "goodput_after_mbps": after / 1e6, "complete": ok,
+                      "rtos": _rtos(stack, res), "srtt_ms": _srtt_ms(res),
+                      "parked_planes": sorted({p for r in res.values()
+                                               for c in r.get("conns", [])
+                                               for p in (c.get("parked_planes") or [])})
+                      if stack == "braid" else None}
+        series[stack] = bins[:end]
+        ctx.say(f"  compound/{stack}: longest gap {longest * 10} ms, after-fault goodput "
+                f"{after / 1e6:.1f} Mbit/s")
+    return {"duration": dur, "fault_at": t_fault, "faults": [f for _, f in faults],
+            "note": "tcp's connection rides plane 1 (the survivor)", "per_stack": per,
+            "series": series}
+
+
+def incast(ctx: Ctx) -> dict[str, Any]:
+    """N senders -> h0 in synchronised bursts, with a victim flow into h1
+    (same leaf); Braid with trimming and with tail-drop."""
+    n = ctx.fab.n_hosts
+    senders = list(range(2, n - 1))
+    victim = (n - 1, 1)
+    size = ctx.q(128 << 10, 256 << 10)
+    dur = ctx.q(1.5, 4.0)
+    stacks = [s for st in ctx.stacks for s in ((st, "braid-taildrop") if st == "braid" else (st,))]
+    per: dict[str, Any] = {}
+    recv_cap = plane_cap_bps("tcp", PLANES)
+    for stack in stacks:
+        eff_cap = plane_cap_bps(stack, PLANES)
+        ctx.say(f"  incast/{stack}: victim alone, h{victim[0]} -> h{victim[1]}")
+        alone = stream(ctx, stack, [(victim[0], victim[1], 0.0, dur, None)], dur)
+        _record(ctx, "incast", stack, "victim_alone", alone)
+        first, end = 30, int(dur / m.BIN_S)
+        v0 = sum(_bins(alone, victim[1])[first:end])
+        if stack == "braid-taildrop":
+            links = [lk.name for lk in ctx.fab.tb.topo.links]
+            ctx.fab.set_links(links, "both", {"trim": None})
+        try:
+            ctx.say(f"  incast/{stack}: {len(senders)} -> 1, {size >> 10} KiB each per burst, "
+                    f"victim flow alongside")
+            specs_stream = {victim[0]: {"pattern": "stream", "duration": dur, "msg": MSG,
+                                        "out": [{"to": victim[1], "start": 0.0, "stop": dur}],
+                                        "connect": [[victim[1], pair_plane(*victim)]],
+                                        "accept": [], "grace": GRACE, "inflight": INFLIGHT},
+                            victim[1]: {"pattern": "stream", "duration": dur, "msg": MSG,
+                                        "out": [], "connect": [], "accept": [victim[0]],
+                                        "grace": GRACE, "inflight": INFLIGHT}}
+            group = [0, *senders]
+            specs = {}
+            for h in group:
+                peers = [j for j in group if j != h] if h == 0 else [0]
+                specs[h] = {"pattern": "incast", "group": group, "size": size,
+                            "stop_after": dur, "grace": 10.0,
+                            "connect": ([[j, 0] for j in peers] if stack.startswith("braid")
+                                        else [[j, pair_plane(h, j)] for j in peers if j > h]),
+                            "accept": [] if stack.startswith("braid")
+                            else [j for j in peers if j < h]}
+            specs.update(specs_stream)
+            res = ctx.fab.run(_stack_name(stack), specs, None, timeout=dur + 70)
+        finally:
+            if stack == "braid-taildrop":
+                ctx.fab.heal_all()
+        ok = _record(ctx, "incast", stack, "incast", res)
+        st = _steps(res, [0])
+        ideal = len(senders) * size * 8 / eff_cap
+        v1 = sum(_bins(res, victim[1])[first:end])
+        per[stack] = {"bursts": len(st), "completion_p50_over_ideal":
+                      (m.percentile(st, 50) or 0) / ideal if st else None,
+                      "completion_p100_over_ideal": (m.percentile(st, 100) or 0) / ideal
+                      if st else None, "ideal_ms": ideal * 1000,
+                      "rtos": _rtos(stack, res, senders),
+                      "victim_ratio": v1 / v0 if v0 else None, "complete": ok}
+        ctx.say(f"  incast/{stack}: completion p100/ideal "
+                f"{_fmt(per[stack]['completion_p100_over_ideal'])}, RTOs {per[stack]['rtos']}, "
+                f"victim {_fmt(per[stack]['victim_ratio'])}")
+    return {"senders": len(senders), "size": size, "duration": dur,
+            "receiver_capacity_mbps": recv_cap / 1e6, "per_stack": per}
+
+
+def fairness(ctx: Ctx) -> dict[str, Any]:
+    """N flows into h0 starting one after another: Jain's index, newcomer time."""
+    ns = [k for k in ctx.q([2], [2, 4, 8]) if k + 1 <= ctx.fab.n_hosts]
+    stagger, hold = ctx.q((0.5, 0.8), (1.0, 1.5))
+    per: dict[str, Any] = {}
+    series: dict[str, Any] = {}
+    for stack in ctx.stacks:
+        out: dict[str, Any] = {}
+        for n in ns:
+            dur = stagger * (n - 1) + hold
+            flows = [(k, 0, stagger * (k - 1), dur, None) for k in range(1, n + 1)]
+            ctx.say(f"  fairness/{stack}: {n} flows into h0, one every {stagger:g} s")
+            res = stream(ctx, stack, flows, dur)
+            ok = _record(ctx, "fairness", stack, f"n={n}", res)
+            per_flow = [_bins(res, 0, k) for k in range(1, n + 1)]
+            end = int(dur / m.BIN_S)
+            conv = int((stagger * (n - 1) + 0.5) / m.BIN_S)
+            jw = m.jain_windows(per_flow, conv, end)
+            total = m.add_bins(per_flow)
+            newcomer = []
+            for k in range(2, n + 1):
+                sb = int(stagger * (k - 1) / m.BIN_S)
+                nxt = int(stagger * k / m.BIN_S) if k < n else end
+                agg = sum(total[sb:nxt]) / max(1, nxt - sb) * m.WINDOW_BINS
+                t = m.time_to_share(per_flow[k - 1], sb, 0.8 * agg / k, nxt)
+                newcomer.append(None if t is None else t * m.BIN_S * 1000)
+            srtt = _srtt_ms(res)
+            worst = None if any(x is None for x in newcomer) or not newcomer else max(
+                x for x in newcomer if x is not None)
+            out[f"n={n}"] = {"jain_min": min(jw) if jw else None,
+                             "jain_median": statistics.median(jw) if jw else None,
+                             "newcomer_80pct_ms": newcomer, "newcomer_worst_ms": worst,
+                             "srtt_ms": srtt, "newcomer_worst_rtts":
+                             worst / srtt if worst is not None and srtt else None,
+                             "complete": ok}
+            series[f"{stack}/n={n}"] = per_flow
+        per[stack] = out
+        ctx.say("  fairness/" + stack + ": " + ", ".join(
+            f"{k} Jain min {_fmt(v['jain_min'])}" for k, v in out.items()))
+    return {"stagger": stagger, "hold": hold, "per_stack": per, "series": series}
+
+
+def gaps(ctx: Ctx) -> dict[str, Any]:
+    """Fault-free Braid stream: what empties its 10 ms bins (needs --daemon-qlog
+    for the causes; without it only the application-level gaps)."""
+    from tools.claims import gaps as g
+    from tools.claims.worker import HEADER
+
+    dur = ctx.q(1.5, 4.0)
+    first, end = 20, int(dur / m.BIN_S)
+    out: dict[str, Any] = {}
+    series: dict[str, Any] = {}
+    for flows, label in (([(0, 3, 0.0, dur, None)], "h0->h3"),):
+        ctx.say(f"  gaps/braid: fault-free stream {label}, {dur:g} s, kernel ping alongside")
+        pinger = _Ping(ctx, "h0", ctx.fab.tb.address("h3", 0), dur)
+        res = stream(ctx, "braid", flows, dur)
+        ping_ms = pinger.result()
+        ok = _record(ctx, "gaps", "braid", label, res)
+        bins = _bins(res, 3)
+        longest, empty = m.gaps(bins, first, end)
+        r: dict[str, Any] = {"empty_bins": empty, "longest_gap_ms": longest * 10,
+                             "kernel_ping_ms": ping_ms, "srtt_ms": _srtt_ms(res),
+                             "min_rtt_ms": _min_rtt_ms(res),
+                             "bins": end - first, "complete": ok,
+                             "goodput_mbps": sum(bins[first:end]) * 8 / ((end - first) * m.BIN_S)
+                             / 1e6}
+        qlog = ctx.fab.work / "h0.qlog"
+        arrivals = res.get(3, {}).get("arrivals", {}).get("0", [])
+        rqlog = ctx.fab.work / "h3.qlog"
+        if qlog.exists() and qlog.stat().st_size > 0:
+            a = g.classify(arrivals, res[3]["go"], g.load_qlog(qlog),
+                           g.load_qlog(rqlog) if rqlog.exists() else None,
+                           MSG + HEADER.size, first * m.BIN_S, dur)
+            r["analysis"] = a
+            ctx.say(f"  gaps/braid: {empty} empty bins, {a['pauses']} pauses >= 20 ms: "
+                    f"{a['causes']}; hand-off ms {a['handoff_ms']}, inbox wait ms "
+                    f"{a['inbox_wait_ms']}")
+        else:
+            r["analysis"] = None
+            ctx.say(f"  gaps/braid: {empty} empty bins (run with --daemon-qlog for causes)")
+        ports = ctx.fab.tb.port_stats()
+        r["ports"] = {k: {x: v.get(x) for x in ("max_depth", "dropped", "trimmed", "marked",
+                                                  "rx_overflow")}
+                      for k, v in ports.items()
+                      if k.split("/")[0] in ("h0:p0", "h0:p1", "h3:p0", "h3:p1")}
+        out[label] = r
+        series[label] = bins[:end]
+    return {"duration": dur, "per_stack": {"braid": out}, "series": series}
+
+
+#: Rows of the matrix, in the default order. ``gaps`` is a diagnosis, not a
+#: claim: run it on its own with ``--rows gaps --daemon-qlog``.
+ROWS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
+    "invisibility": invisibility,
+    "failover": failover,
+    "loss": loss,
+    "asymmetric": asymmetric,
+    "compound": compound,
+    "incast": incast,
+    "fairness": fairness,
+    "gaps": gaps,
+}
+DEFAULT_ROWS = [r for r in ROWS if r != "gaps"]
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:.1f}"
