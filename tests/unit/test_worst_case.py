@@ -247,7 +247,7 @@ def test_unwrap_is_nearest_to_the_reference() -> None:
 def test_receiver_places_and_acks_across_the_wrap() -> None:
     start = (1 << 32) - 2
     r = Receiver(ack_every=1, ack_delay=0.0, psn_window=1 << 16, max_message_size=1 << 20,
-                 initial_psn=start)
+                 slice_size=10, initial_psn=start)
     for k in (0, 2, 3, 1):  # PSNs 2**32-2, 2**32 (wire 0), 2**32+1, 2**32-1
         psn = start + k
         body = Data(wire(psn), 1, 0, 10, 1, k * 10, 40, 0)
