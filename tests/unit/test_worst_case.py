@@ -255,5 +255,5 @@ def test_receiver_places_and_acks_across_the_wrap() -> None:
         r.on_data(body, bytes([k]) * 10, ce=False, now=0.0, ack_req=True)
     assert r.cum_psn == start + 4
     assert r.take_delivered() == [(1, b"\0" * 10 + b"\1" * 10 + b"\2" * 10 + b"\3" * 10)]
-    sack = r.make_sacks(0, 0.0, RTT)[-1].sack
+    sack = r.make_sacks(0.0, RTT)[-1].sack
     assert sack.cum_psn == 2 and sack.ack_psn == 0xFFFFFFFF  # 32-bit values on the wire
