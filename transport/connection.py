@@ -254,11 +254,11 @@ class Connection:
         self._now = now
         if self.state is ConnState.CLOSING:
             # Our CLOSE was answered and its state reaped; the answer was lost.
-            self._transition(ConnEvent.CLOSE_RECEIVED)
+            self._transition(ConnEvent.PEER_FORGOT)
             self._close_deadline = None
             self._events.append(ConnectionClosed("closed (the peer had already forgotten it)"))
             return True
-        self._fail(ConnEvent.RESET_RECEIVED, "peer does not know this connection "
+        self._fail(ConnEvent.PEER_FORGOT, "peer does not know this connection "
                    "(it restarted or forgot it)", tell_peer=False, now=now, peer_forgot=True)
         return True
 
@@ -382,7 +382,7 @@ class Connection:
             # Only a holder of the connection keys can get here: a broken or
             # hostile peer. Its data can no longer be trusted to reassemble.
             self._drop(exc.reason)
-            self._fail(ConnEvent.RETRY_BUDGET_SPENT, f"protocol error by peer: {exc}",
+            self._fail(ConnEvent.PROTOCOL_ERROR, f"protocol error by peer: {exc}",
                        tell_peer=True, now=now, code=CloseReason.PROTOCOL_ERROR)
             return
         for msg_id, data in r.take_delivered():
@@ -412,7 +412,7 @@ class Connection:
     def _on_sack(self, sack: Sack, flags: int, now: float) -> None:
         if self._sack_beyond_sent(sack):
             self._drop("sack_beyond_sent")
-            self._fail(ConnEvent.RETRY_BUDGET_SPENT, "protocol error by peer: SACK for "
+            self._fail(ConnEvent.PROTOCOL_ERROR, "protocol error by peer: SACK for "
                        f"PSNs never sent (next PSN {self.sender.next_psn})",
                        tell_peer=True, now=now, code=CloseReason.PROTOCOL_ERROR)
             return
@@ -661,7 +661,7 @@ class Connection:
 
     def _expire(self, now: float) -> None:
         half_open = not self.confirmed
-        self.state = ConnState.CLOSED  # silently: there is no one to tell
+        self._transition(ConnEvent.EXPIRED)  # silently: there is no one to tell
         self.receiver.discard()
         self._events.append(ConnectionClosed(
             "expired: the initiator never confirmed the handshake" if half_open
