@@ -401,13 +401,14 @@ class Connection:
         """Does the SACK acknowledge a PSN we never sent? Only a lying or broken
         peer says so (serial arithmetic: an old duplicate is not "beyond")."""
         nxt = self.sender.next_psn
-
-        def beyond(psn: int, first: int) -> bool:
-            return ((psn - first) & 0xFFFFFFFF) < 1 << 31
-
-        top = sack.bitmap_base + sack.bitmap.bit_length() - 1
-        return beyond(sack.cum_psn, nxt + 1) or beyond(sack.ack_psn, nxt) or (
-            sack.bitmap != 0 and beyond(top, nxt))
+        # x is "at or beyond" y when (x - y) mod 2^32 is below 2^31.
+        if (sack.cum_psn - nxt - 1) & 0xFFFFFFFF < 0x80000000:
+            return True
+        if (sack.ack_psn - nxt) & 0xFFFFFFFF < 0x80000000:
+            return True
+        bm = sack.bitmap
+        return bm != 0 and (sack.bitmap_base + bm.bit_length() - 1 - nxt) & 0xFFFFFFFF \
+            < 0x80000000
 
     def _on_sack(self, sack: Sack, flags: int, now: float) -> None:
         if self._sack_beyond_sent(sack):
