@@ -129,7 +129,8 @@ class Connection:
         self.last_heard = now
         self.confirmed = initiator
         self._persist_at: float | None = None
-        self._persist_tries = 0
+        self._persist_tries = 0  # unanswered credit probes (reset by any SACK)
+        self._persist_backoff = 0  # reset only when credit arrives
         self.dropped: dict[str, int] = {}
         self.trims_fabric = 0
         self.trims_last_hop = 0
@@ -421,6 +422,7 @@ class Connection:
         self._persist_tries = 0  # the peer answers
         if self.sender.on_credit(sack.rwnd):
             self._persist_at = None
+            self._persist_backoff = 0
         ecn = bool(flags & _ECN_ECHO)
         self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
                              sampled=res.sampled, rtt=res.rtt)
@@ -630,7 +632,7 @@ class Connection:
         s = self.sender
         if not s.credit_blocked or s.has_outstanding:
             self._persist_at = None
-            self._persist_tries = 0
+            self._persist_tries = self._persist_backoff = 0
             return
         if self._persist_tries > self.config.max_rto_retries:
             self._fail(ConnEvent.RETRY_BUDGET_SPENT,
@@ -643,7 +645,9 @@ class Connection:
         probe = Probe(_CREDIT_PROBE_ID, value, s.cum_acked, _us(now), plane)
         self._control.append((self._sealer.seal(probe), TxPath(plane, value, Dscp.CONTROL)))
         self._persist_tries += 1
-        self._persist_at = now + min(s.rto() * (1 << min(self._persist_tries, 10)),
+        self._persist_backoff = min(self._persist_backoff + 1, 10)
+        # A receiver that answers but grants nothing is asked ever more rarely.
+        self._persist_at = now + min(s.rto() * (1 << self._persist_backoff),
                                      self.config.max_rto)
 
     def _expiry(self) -> float | None:
