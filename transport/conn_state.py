@@ -36,6 +36,12 @@ class ConnEvent(enum.Enum):
     RESET_CALLED = "reset_called"
     HANDSHAKE_TIMEOUT = "handshake_timeout"
     RETRY_BUDGET_SPENT = "retry_budget_spent"
+    #: UNKNOWN_CONN: the peer restarted or forgot the connection.
+    PEER_FORGOT = "peer_forgot"
+    #: A responder half-open or idle for too long is forgotten.
+    EXPIRED = "expired"
+    #: The peer broke the protocol (inconsistent slices, SACK beyond what was sent).
+    PROTOCOL_ERROR = "protocol_error"
 
 
 S, E = ConnState, ConnEvent
@@ -51,15 +57,22 @@ TRANSITIONS: dict[tuple[ConnState, ConnEvent], ConnState] = {
     (S.ESTABLISHED, E.RESET_RECEIVED): S.FAILED,
     (S.ESTABLISHED, E.RESET_CALLED): S.FAILED,
     (S.ESTABLISHED, E.RETRY_BUDGET_SPENT): S.FAILED,
+    (S.ESTABLISHED, E.PEER_FORGOT): S.FAILED,
+    (S.ESTABLISHED, E.PROTOCOL_ERROR): S.FAILED,
+    (S.ESTABLISHED, E.EXPIRED): S.CLOSED,
     (S.DRAINING, E.ALL_ACKED): S.CLOSING,
     (S.DRAINING, E.CLOSE_RECEIVED): S.CLOSED,
     (S.DRAINING, E.RESET_RECEIVED): S.FAILED,
     (S.DRAINING, E.RESET_CALLED): S.FAILED,
     (S.DRAINING, E.RETRY_BUDGET_SPENT): S.FAILED,
+    (S.DRAINING, E.PEER_FORGOT): S.FAILED,
+    (S.DRAINING, E.PROTOCOL_ERROR): S.FAILED,
     (S.CLOSING, E.CLOSE_RECEIVED): S.CLOSED,
     (S.CLOSING, E.CLOSE_TIMEOUT): S.CLOSED,
     (S.CLOSING, E.RESET_RECEIVED): S.CLOSED,
     (S.CLOSING, E.RESET_CALLED): S.FAILED,
+    (S.CLOSING, E.PROTOCOL_ERROR): S.FAILED,
+    (S.CLOSING, E.PEER_FORGOT): S.CLOSED,
 }
 
 del S, E

@@ -133,7 +133,8 @@ class Connection:
         self.last_heard = now
         self.confirmed = initiator
         self._persist_at: float | None = None
-        self._persist_tries = 0
+        self._persist_tries = 0  # unanswered credit probes (reset by any SACK)
+        self._persist_backoff = 0  # reset only when credit arrives
         self.dropped: dict[str, int] = {}
         self.trims_fabric = 0
         self.trims_last_hop = 0
@@ -264,11 +265,11 @@ class Connection:
         self._now = now
         if self.state is ConnState.CLOSING:
             # Our CLOSE was answered and its state reaped; the answer was lost.
-            self._transition(ConnEvent.CLOSE_RECEIVED)
+            self._transition(ConnEvent.PEER_FORGOT)
             self._close_deadline = None
             self._events.append(ConnectionClosed("closed (the peer had already forgotten it)"))
             return True
-        self._fail(ConnEvent.RESET_RECEIVED, "peer does not know this connection "
+        self._fail(ConnEvent.PEER_FORGOT, "peer does not know this connection "
                    "(it restarted or forgot it)", tell_peer=False, now=now, peer_forgot=True)
         return True
 
@@ -394,7 +395,7 @@ class Connection:
             # Only a holder of the connection keys can get here: a broken or
             # hostile peer. Its data can no longer be trusted to reassemble.
             self._drop(exc.reason)
-            self._fail(ConnEvent.RETRY_BUDGET_SPENT, f"protocol error by peer: {exc}",
+            self._fail(ConnEvent.PROTOCOL_ERROR, f"protocol error by peer: {exc}",
                        tell_peer=True, now=now, code=CloseReason.PROTOCOL_ERROR)
             return
         for msg_id, data in r.take_delivered():
@@ -413,18 +414,19 @@ class Connection:
         """Does the SACK acknowledge a PSN we never sent? Only a lying or broken
         peer says so (serial arithmetic: an old duplicate is not "beyond")."""
         nxt = self.sender.next_psn
-
-        def beyond(psn: int, first: int) -> bool:
-            return ((psn - first) & 0xFFFFFFFF) < 1 << 31
-
-        top = sack.bitmap_base + sack.bitmap.bit_length() - 1
-        return beyond(sack.cum_psn, nxt + 1) or beyond(sack.ack_psn, nxt) or (
-            sack.bitmap != 0 and beyond(top, nxt))
+        # x is "at or beyond" y when (x - y) mod 2^32 is below 2^31.
+        if (sack.cum_psn - nxt - 1) & 0xFFFFFFFF < 0x80000000:
+            return True
+        if (sack.ack_psn - nxt) & 0xFFFFFFFF < 0x80000000:
+            return True
+        bm = sack.bitmap
+        return bm != 0 and (sack.bitmap_base + bm.bit_length() - 1 - nxt) & 0xFFFFFFFF \
+            < 0x80000000
 
     def _on_sack(self, sack: Sack, flags: int, now: float) -> None:
         if self._sack_beyond_sent(sack):
             self._drop("sack_beyond_sent")
-            self._fail(ConnEvent.RETRY_BUDGET_SPENT, "protocol error by peer: SACK for "
+            self._fail(ConnEvent.PROTOCOL_ERROR, "protocol error by peer: SACK for "
                        f"PSNs never sent (next PSN {self.sender.next_psn})",
                        tell_peer=True, now=now, code=CloseReason.PROTOCOL_ERROR)
             return
@@ -432,6 +434,7 @@ class Connection:
         self._persist_tries = 0  # the peer answers
         if self.sender.on_credit(sack.rwnd):
             self._persist_at = None
+            self._persist_backoff = 0
         if res.rtt is not None:
             self.health.set_rtt(self.sender.rtt.srtt, self.config.ack_delay)
         ecn = bool(flags & _ECN_ECHO)
@@ -649,7 +652,7 @@ class Connection:
         s = self.sender
         if not s.credit_blocked or s.has_outstanding:
             self._persist_at = None
-            self._persist_tries = 0
+            self._persist_tries = self._persist_backoff = 0
             return
         if self._persist_tries > self.config.max_rto_retries:
             self._fail(ConnEvent.RETRY_BUDGET_SPENT,
@@ -662,7 +665,9 @@ class Connection:
         probe = Probe(_CREDIT_PROBE_ID, value, s.cum_acked, _us(now), plane)
         self._control.append((self._sealer.seal(probe), TxPath(plane, value, Dscp.CONTROL)))
         self._persist_tries += 1
-        self._persist_at = now + min(s.rto() * (1 << min(self._persist_tries, 10)),
+        self._persist_backoff = min(self._persist_backoff + 1, 10)
+        # A receiver that answers but grants nothing is asked ever more rarely.
+        self._persist_at = now + min(s.rto() * (1 << self._persist_backoff),
                                      self.config.max_rto)
 
     def _expiry(self) -> float | None:
@@ -681,7 +686,7 @@ class Connection:
 
     def _expire(self, now: float) -> None:
         half_open = not self.confirmed
-        self.state = ConnState.CLOSED  # silently: there is no one to tell
+        self._transition(ConnEvent.EXPIRED)  # silently: there is no one to tell
         self.receiver.discard()
         self._events.append(ConnectionClosed(
             "expired: the initiator never confirmed the handshake" if half_open

@@ -181,12 +181,22 @@ class Receiver:
         self._record(psn)
         self.bytes_received += n
         if asm is None:
-            asm = self._assembly[body.msg_id] = _Assembly(body.msg_len)
-        asm.slices[body.msg_offset] = payload
-        asm.received += n
-        self.held_partial += n
-        if asm.received == asm.msg_len:
-            self._complete(body.msg_id, asm)
+            if n == body.msg_len:  # a whole message in one slice: no assembly at all
+                self._complete(body.msg_id, n, payload)
+            else:
+                self.held_partial += n
+                self._assembly[body.msg_id] = _Assembly(body.msg_len, {body.msg_offset: payload},
+                                                        n)
+        else:
+            asm.slices[body.msg_offset] = payload
+            asm.received += n
+            self.held_partial += n
+            if asm.received == asm.msg_len:
+                del self._assembly[body.msg_id]
+                self.held_partial -= asm.msg_len
+                slices = asm.slices
+                self._complete(body.msg_id, asm.msg_len, b"".join(
+                    slices[o] for o in range(0, asm.msg_len, self.slice_size)))
         self._unacked += 1
         if self._pend_lo is None or psn < self._pend_lo:
             self._pend_lo = psn
@@ -195,14 +205,9 @@ class Receiver:
         # CE marks go back at once so the sender can tell which EV was marked.
         return ack_req or ce or self._unacked >= self.ack_every
 
-    def _complete(self, msg_id: int, asm: _Assembly) -> None:
-        del self._assembly[msg_id]
-        slices = asm.slices
-        data = slices[0] if len(slices) == 1 else b"".join(
-            slices[o] for o in range(0, asm.msg_len, self.slice_size))
-        self.held_partial -= asm.msg_len
+    def _complete(self, msg_id: int, msg_len: int, data: bytes) -> None:
         if not self.hold_delivered:
-            self.freed += asm.msg_len
+            self.freed += msg_len
         if msg_id == self._done_floor:
             floor = (msg_id + 1) & _U32 or 1
             done = self._done
