@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import nsutil
-from tools.errors import UserError
+from testbed.errors import TestbedError as UserError
 
 REPO = Path(__file__).resolve().parents[1]
 KEY_FILE = "cluster.key"

@@ -19,6 +19,7 @@ import asyncio
 import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -112,10 +113,10 @@ def run(sources: int, batch: int = 5000) -> dict[str, Any]:
     ns = f"brspoof{os.getpid()}"
     netns.create(ns)
     proc: subprocess.Popen[bytes] | None = None
+    tmp = Path(tempfile.mkdtemp(prefix="braid-spoof-"))
     try:
         with NetNS(ns) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
-        tmp = Path(tempfile.mkdtemp(prefix="braid-spoof-"))
         write_key_file(tmp / "cluster.key", new_cluster_key())
         sock = tmp / "d.sock"
         (tmp / "d.toml").write_text(f'name = "victim"\nkey = "cluster.key"\nsocket = "{sock}"\n'
@@ -179,6 +180,7 @@ def run(sources: int, batch: int = 5000) -> dict[str, Any]:
                 proc.kill()
                 proc.wait(5)
         netns.remove(ns)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

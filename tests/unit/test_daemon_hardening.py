@@ -273,3 +273,42 @@ def test_control_clients_are_bounded(tmp_path: Path) -> None:
         for s in held:
             s.close()
         a.stop()
+
+
+def test_killed_client_blocked_on_a_full_window_queues_nothing_more(tmp_path: Path) -> None:
+    """A client whose request waits for send window and that dies meanwhile:
+    the daemon notices the hang-up, queues none of its requests, and cancels
+    what it queued that had not started."""
+    a, b = write_configs(tmp_path, extra="send_window = 4194304\n" + PATIENT)
+    try:
+        a.start()
+        b.start()
+        r = braid_cli("send", "--config", str(a.config), "--to", "b", "--size", "1000")
+        assert r.returncode == 0, r.stderr
+        assert b.proc is not None
+        b.proc.send_signal(signal.SIGSTOP)
+        send = subprocess.Popen([PY, "-m", "tools.cli", "send", "--config", str(a.config),
+                                 "--to", "b", "--size", "24MiB", "--chunk", "1MiB"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+        try:  # the window (4 MiB) is full: the client's next request is held
+            wait_for(lambda: stats(a)["unacked"]["b"]["messages"] >= 3, "a full window")
+            time.sleep(0.5)
+            send.kill()
+            send.wait(30)
+        finally:
+            if send.poll() is None:
+                send.kill()
+                send.wait()
+        st = wait_for(lambda: (s := stats(a))["cancelled"]["messages"] > 0 and s, "cancellation")
+        started = st["unacked"]["b"]["messages"]
+        assert started <= 4
+        b.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: stats(a)["unacked"]["b"]["messages"] == 0, "started messages acked")
+        time.sleep(1.0)  # a request still buffered from the dead client must not go out now
+        assert stats(a)["unacked"]["b"]["messages"] == 0
+        assert stats(b)["delivered"]["messages"] == 1 + started
+    finally:
+        if b.proc is not None and b.proc.poll() is None:
+            b.proc.send_signal(signal.SIGCONT)
+        a.stop()
+        b.stop()
