@@ -336,7 +336,13 @@ def write_plot(rep: dict[str, Any], rows: list[dict[str, Any]], t0: float, path:
 
     tl = rep["goodput_timeline"]
     end = max([rep.get("duration_s") or 0.0] + [x["t"] + BIN for x in tl])
-    lanes = fault_lanes([(e["at"], e["fault"]) for e in rep["timeline_planned"]], end)
+    planned = rep["timeline_planned"]
+    fired = rep["faults_fired"]
+    # Planned times count from the timeline's start (the first delivered byte);
+    # the plot's axis is seconds since the send: shift by when the first fault fired.
+    shift = (min(f["t"] for f in fired) - min(e["at"] for e in planned)
+             if planned and fired else 0.0)
+    lanes = fault_lanes([(e["at"] + shift, e["fault"]) for e in planned], end)
     rates: dict[str, list[tuple[float, float]]] = {}
     prev = None
     for r in rows:
