@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import nsutil
-from testbed.errors import TestbedError as UserError
+from testbed.errors import TestbedError
 
 REPO = Path(__file__).resolve().parents[1]
 KEY_FILE = "cluster.key"
@@ -154,7 +154,7 @@ def start_daemons(tb: Any, hosts: list[str] | None = None, *, keylog: bool = Tru
     hosts = list(tb.hosts if hosts is None else hosts)
     for h in hosts:
         if h not in tb.hosts:
-            raise UserError(f"no host {h!r} in testbed {tb.name} (hosts {', '.join(tb.hosts)})")
+            raise TestbedError(f"no host {h!r} in testbed {tb.name} (hosts {', '.join(tb.hosts)})")
     if not key_path(tb).exists() or not all(config_path(tb, h).exists() for h in hosts):
         write_host_configs(tb)
     alive = running(tb)
@@ -183,10 +183,10 @@ def start_daemons(tb: Any, hosts: list[str] | None = None, *, keylog: bool = Tru
         for h, (proc, _obj) in started.items():
             while not _socket_ready(socket_path(tb, h)):
                 if proc.poll() is not None:
-                    raise UserError(f"the daemon on {h} exited with code {proc.returncode}: "
+                    raise TestbedError(f"the daemon on {h} exited with code {proc.returncode}: "
                                     f"{_tail(log_path(tb, h))} (log {log_path(tb, h)})")
                 if time.monotonic() > deadline:
-                    raise UserError(f"the daemon on {h} did not answer on "
+                    raise TestbedError(f"the daemon on {h} did not answer on "
                                     f"{socket_path(tb, h)} within {timeout:g} s "
                                     f"(log {log_path(tb, h)})")
                 time.sleep(0.05)
