@@ -5,16 +5,14 @@ Braid runs in one sitting hit this on their first send; see docs/claims.md).
 The liveness clock (``Sender.last_progress``) only advances on acknowledgements,
 so after idleness the first queued message finds it ``idle_fail_timeout``
 old and the connection fails with "no acknowledgement for N s" at its next
-timer, although the peer is alive. Marked xfail(strict) until the core fix
-(restart the clock when data is queued on an idle connection) lands: the
-test then passes and the mark must go.
+timer, although the peer is alive. Fixed by issue 9 (defect 1): "no
+progress" counts only time with something outstanding, and new data into an
+empty pipeline restarts the clock.
 """
 
 from __future__ import annotations
 
 import random
-
-import pytest
 
 from transport.config import ConnectionConfig
 from transport.datagram import RxInfo
@@ -49,8 +47,6 @@ def _run_until(a: Endpoint, b: Endpoint, now: float, events: list[Event], want: 
     raise AssertionError("neither acknowledged nor failed")
 
 
-@pytest.mark.xfail(strict=True, reason="core: the liveness clock is not restarted when data is "
-                   "queued after idleness (transport/connection.py, Sender.last_progress)")
 def test_first_message_after_idleness_is_delivered() -> None:
     a = Endpoint(config=CFG, secret=SECRET, rng=random.Random(1))
     b = Endpoint(config=CFG, secret=SECRET, rng=random.Random(2))

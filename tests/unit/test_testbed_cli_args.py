@@ -10,9 +10,9 @@ import pytest
 
 from testbed import daemons
 from testbed.cli import run_args
+from testbed.errors import TestbedError
 from testbed.topology import load
 from tools.cli import build_parser
-from tools.errors import UserError
 from transport.daemon import parse_config
 
 
@@ -32,9 +32,9 @@ def test_options_after_the_timeline_are_options_not_the_command() -> None:
 
 
 def test_bad_options_after_the_timeline_are_one_clear_error() -> None:
-    with pytest.raises(UserError, match="unknown option '--bogus'"):
+    with pytest.raises(TestbedError, match="unknown option '--bogus'"):
         _run("tl.toml", "--bogus", "--", "true")
-    with pytest.raises(UserError, match="--timeout must be positive"):
+    with pytest.raises(TestbedError, match="--timeout must be positive"):
         _run("tl.toml", "--timeout", "0")
 
 
