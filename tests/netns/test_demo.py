@@ -58,7 +58,9 @@ def test_demo_quick(tmp_path: Path, unique_name: str) -> None:
     (w,) = [w for w in rep["plane_down_windows"] if w["plane"] == 2]
     el = w["element_packets_to_receiver"]
     others = sum(v for p, v in el.items() if p != "2")
-    assert others > 1000, w  # the transfer really ran while plane 2 was down
+    # the transfer really ran while plane 2 was down (a loaded 2-core machine moved
+    # only ~550 packets in that second in one run: do not demand speed here)
+    assert others > 100, w
     assert el["2"] <= 0.01 * others, w  # and plane 2 carried ~nothing
     # the planes that stayed up carried the traffic over the whole run
     share = rep["plane_share_fabric"]
