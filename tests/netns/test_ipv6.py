@@ -20,7 +20,7 @@ SPEC: dict[str, Any] = {
     "hosts": 4, "planes": 1, "ipv6": True,
     "fabric": {"kind": "leafspine", "leaves": 2, "spines": 2},
     "link": {"rate": "100mbit", "element": True,
-             "l1-s0:p0": {"down": {"rate": "20mbit", "trim": "12KB", "ecn": "4KB"}}},
+             "l1-s0:p0": {"down": {"rate": "5mbit", "trim": "12KB", "ecn": "4KB"}}},
 }
 
 
