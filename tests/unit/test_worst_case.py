@@ -36,6 +36,10 @@ def test_k_compound_fault(client: str, direction: str) -> None:
     assert r["ok"] and r["failed"] is None
     assert None not in r["parked_after_rtts"], r["parked_after_rtts"]
     assert r["worst_parked_after_rtts"] <= 5.0, r["parked_after_rtts"]
+    assert r["worst_parked_after_first_unanswered_rtts"] <= 5.0, r
+    # (Other fabric seeds: the second figure stays within 5 srtt, the first
+    # can exceed it when the one client leaves a plane idle — see
+    # docs/benchmarks.md.)
     assert r["max_gap"] <= r["gap_limit"], (r["max_gap"], r["gap_limit"])
     assert r["rtos"] <= 2, r["rtos"]
 
