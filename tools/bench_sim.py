@@ -141,7 +141,9 @@ def _figures(key: str, r: dict[str, Any]) -> dict[str, Any]:
     if key.startswith("k-"):
         return {"ok": r["ok"],
                 "dead planes parked after last answered send (srtt)":
-                    max(r["parked_after_rtts"]) if None not in r["parked_after_rtts"] else None,
+                    r["worst_parked_after_rtts"],
+                "... after the first send that followed it (srtt)":
+                    r["worst_parked_after_first_unanswered_rtts"],
                 "max gap (us)": r["max_gap"] * 1e6,
                 "limit 10 srtt + probe (us)": r["gap_limit"] * 1e6,
                 "RTOs": r["rtos"], "TLPs": r["tlps"], "srtt (us)": r["srtt"] * 1e6,

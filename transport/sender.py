@@ -430,7 +430,10 @@ class Sender:
     def tlp_deadline(self) -> float | None:
         """When to send a tail-loss probe: two smoothed RTTs plus the ACK
         delay after the later of the newest send and the last progress."""
-        if not self.inflight or self.retx_queue or self._tlps >= MAX_TLPS:
+        # Armed even with retransmissions queued: a window of one packet (after
+        # an RTO) keeps them queued behind a lost packet that nothing else
+        # will ever declare lost.
+        if not self.inflight or self._tlps >= MAX_TLPS:
             return None
         newest = next(reversed(self.inflight.values()))
         since = max(newest.sent_time, self.last_progress)
@@ -446,10 +449,12 @@ class Sender:
             out.append(p)
             if len(out) >= TLP_PACKETS:
                 break
-        out.reverse()  # oldest first, the order they are resent in
-        for p in out:
+        for p in out:  # newest first, so appendleft leaves them oldest first
             self._mark_lost(p)
+            self.retx_queue.pop()
+            self.retx_queue.appendleft(p)  # ahead of queued retransmissions
             p.tlp = True
+        out.reverse()
         if out:
             self._tlps += 1
             self.tlp_probes += 1

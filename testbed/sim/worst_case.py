@@ -170,7 +170,9 @@ def scenario_compound(*, client: str = "one", direction: str = "data",
                       gray: float = 0.3, die_at: float = 1e-3) -> dict[str, Any]:
     """(k) Plane 0 grays (``gray`` one-way loss on the ``direction`` of its
     host links), then at ``die_at`` planes 1–3 die silently. Figures: each dead
-    plane's park time after its last answered send, in smoothed RTTs; the
+    plane's park time after its last answered send, in smoothed RTTs (and
+    after the first send that followed it, which is where evidence can start:
+    a one-message client may send nothing on a plane for a while); the
     longest gap between data packets reaching b after the death, against
     10 smoothed RTTs + one probe interval; RTOs."""
     if direction not in DIRECTIONS:
@@ -192,16 +194,26 @@ def scenario_compound(*, client: str = "one", direction: str = "data",
     die = r["marks"]["die"]
     srtt: float = r["srtt"]
     parked_rtts: list[float | None] = []
+    from_first: list[float | None] = []
     for p in range(1, 4):
         park = _parked_at(a, p, die)
         last = r["watch"].answered_sent[p]
         parked_rtts.append(None if park is None else (park[0] - last) / park[1])
+        # The first send after it: before that the plane carried nothing
+        # (a one-message client can leave a plane idle for several RTTs).
+        first = min((u for u in _sends_on(r, p) if u > last), default=None)
+        from_first.append(None if park is None or first is None
+                          else (park[0] - first) / park[1])
     gap = _gap_after(r, die)
     r.update({
         "client": client, "direction": direction,
         "parked_after_rtts": parked_rtts,
         "worst_parked_after_rtts": max((x for x in parked_rtts if x is not None),
                                        default=None) if None not in parked_rtts else None,
+        "parked_after_first_unanswered_rtts": from_first,
+        "worst_parked_after_first_unanswered_rtts":
+            max((x for x in from_first if x is not None), default=None)
+            if None not in from_first else None,
         "max_gap": gap, "gap_limit": 10 * srtt + r["probe_interval"],
         "plane0_parks": _parks(a, 0),
     })

@@ -13,6 +13,7 @@ import pytest
 
 from testbed.sim import worst_case as W
 from transport.ev_state import EvSet, PlaneState
+from transport.path_health import PathHealth
 from transport.paths import SprayPolicy
 from transport.psn import unwrap, wire
 from transport.receiver import Receiver
@@ -35,6 +36,10 @@ def test_k_compound_fault(client: str, direction: str) -> None:
     assert r["ok"] and r["failed"] is None
     assert None not in r["parked_after_rtts"], r["parked_after_rtts"]
     assert r["worst_parked_after_rtts"] <= 5.0, r["parked_after_rtts"]
+    assert r["worst_parked_after_first_unanswered_rtts"] <= 5.0, r
+    # (Other fabric seeds: the second figure stays within 5 srtt, the first
+    # can exceed it when the one client leaves a plane idle — see
+    # docs/benchmarks.md.)
     assert r["max_gap"] <= r["gap_limit"], (r["max_gap"], r["gap_limit"])
     assert r["rtos"] <= 2, r["rtos"]
 
@@ -257,3 +262,36 @@ def test_receiver_places_and_acks_across_the_wrap() -> None:
     assert r.take_delivered() == [(1, b"\0" * 10 + b"\1" * 10 + b"\2" * 10 + b"\3" * 10)]
     sack = r.make_sacks(0.0, RTT)[-1].sack
     assert sack.cum_psn == 2 and sack.ack_psn == 0xFFFFFFFF  # 32-bit values on the wire
+
+
+# -- where packets go ------------------------------------------------------------------
+
+
+def _health(planes: int = 4) -> PathHealth:
+    return PathHealth(SprayPolicy(planes=planes, evs_per_plane=8, base_rtt=RTT),
+                      planes=planes, now=0.0)
+
+
+def test_a_retransmission_goes_to_a_plane_that_answered_recently() -> None:
+    h = _health()
+    now = 1.0
+    h.plane_heard = [now - 1e-4, now - 1.0, now - 1.0, now - 1.0]  # only plane 0 is alive
+    for _ in range(50):
+        avoid = h.paths.ev_set.plane_evs(1)[0]
+        ev = h.pick(now, avoid, RTT)
+        assert ev is not None and ev.plane == 0
+    # New data keeps spraying over every plane that is up.
+    assert {ev.plane for ev in (h.pick(now, None, RTT) for _ in range(16)) if ev} == {0, 1, 2, 3}
+
+
+def test_the_last_live_plane_keeps_carrying_data_when_each_ev_went_bad() -> None:
+    h = _health(planes=2)
+    es = h.paths.ev_set
+    for ev in es.plane_evs(0):
+        es.on_loss(ev, 0.0)  # plane 0 parked
+    for ev in es.plane_evs(1):
+        es.on_loss(ev, 0.0)  # plane 1: every EV bad, but the plane is the last one up
+    assert es.parked_planes() == [0]
+    assert h.paths.next_ev(0.0) is None
+    picked = {id(h.pick(0.0, None, RTT)) for _ in range(8)}
+    assert len(picked) == 8 and all(ev.plane == 1 for ev in es.evs if id(ev) in picked)
