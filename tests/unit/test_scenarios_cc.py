@@ -87,7 +87,7 @@ def test_demo_daemon_config_carries_the_topology_plane_rate(tmp_path: Path) -> N
 def test_loss_as_mark_deviation_on_a_non_marking_incast() -> None:
     # Braid's deviation from UEC (docs/congestion.md): four pipelined senders
     # into one receiver over 64 KB tail-drop buffers. With delay as the mark
-    # after a congestive loss: 0.6% drops; UEC as specified: 3.6%.
+    # after a congestive loss: 0.5% drops; UEC as specified: 36%.
     kw: dict[str, Any] = {"client": "pipelined", "senders": 4, "buffer": 64 << 10,
                           "duration": 0.5}
     on = C.scenario_taildrop(**kw)
