@@ -16,8 +16,8 @@ from netns_helpers import links_root, ns_list, udptool
 
 from testbed import ebpf, fabric
 from testbed.bpfsys import prog_exists
+from testbed.errors import TestbedError
 from testbed.fabric import Testbed
-from tools.errors import UserError
 from wire.constants import Dscp
 
 pytestmark = pytest.mark.skipif(os.geteuid() == 0 and not ebpf.ebpf_available()[0],
@@ -71,14 +71,14 @@ def test_delay_link_uses_userspace_and_delay_fault_is_refused(make_testbed: Any)
     assert tb.element_kind("h1:p0") == "userspace"  # the kernel here cannot delay
     stats = tb.port_stats()
     assert stats["h0:p0/up"]["element"] == "ebpf" and "h1:p0/up" in stats
-    with pytest.raises(UserError, match="no propagation delay"):
+    with pytest.raises(TestbedError, match="no propagation delay"):
         tb.fault("link h0:p0 delay 2ms")
     assert tb.port_stats()["h1:p0/down"]["delay"] == pytest.approx(1e-3)
 
 
 def test_forcing_ebpf_on_a_delayed_link_is_an_error(run_root: Path, unique_name: str) -> None:
     spec = {"hosts": 2, "planes": 1, "link": {"element": "ebpf", "delay": "1ms"}}
-    with pytest.raises(UserError, match="propagation delay"):
+    with pytest.raises(TestbedError, match="propagation delay"):
         Testbed.up(spec, name=unique_name, run_root=run_root)
     assert not {n for n in ns_list() if n.startswith(f"br{unique_name}-")}
     assert not (run_root / unique_name).exists()  # refused before anything was made
@@ -94,7 +94,7 @@ def test_falls_back_to_userspace_in_one_line(make_testbed: Any, monkeypatch: pyt
                    "using the userspace element"]
     assert tb.element_kind("h0:p0") == "userspace"
     assert len(tb.state.objects("process")) == 1
-    with pytest.raises(UserError, match="cannot run here"):
+    with pytest.raises(TestbedError, match="cannot run here"):
         Testbed.up({"hosts": 2, "planes": 1, "link": {"element": True}}, name="nevermade",
                    run_root=tb.run_dir.parent, element="ebpf")
 
