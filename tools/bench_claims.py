@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory for the PNGs (default: docs/claims with --update-docs, "
                         "else the --out directory)")
     parser.add_argument("--name", default="claims", help="testbed name (default: claims)")
+    parser.add_argument("--element", choices=("ebpf", "userspace"), default="ebpf",
+                        help="switch ports: the eBPF port (default) or the userspace element "
+                             "(20 us per link; needed for the asymmetric row's latency case)")
     parser.add_argument("--daemon-qlog", action="store_true",
                         help="daemons write <work>/hN.qlog (costs ~30%% goodput; for diagnosis)")
     parser.add_argument("--render", default=None, metavar="JSON",
@@ -103,13 +106,13 @@ def run(args: argparse.Namespace) -> int:
         progress(f"{time.monotonic() - t_start:6.1f}s {msg}")
 
     dargs = ["--qlog", str(work.resolve() / "{host}.qlog")] if args.daemon_qlog else []
-    fab = ClaimsFabric(n_hosts, args.name, work, dargs)
+    fab = ClaimsFabric(n_hosts, args.name, work, dargs, element=args.element)
     load0 = os.getloadavg()
     results: dict[str, Any] = {}
     ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
     try:
         say(f"bringing up the claims fabric: {n_hosts} hosts x 2 planes, leaf-spine, "
-            f"userspace link elements; Braid daemons on every host")
+            f"{args.element} link elements; Braid daemons on every host")
         fab.up()
         say(f"fabric and daemons up; rows: {', '.join(rows)}; stacks: {', '.join(stacks)}")
         for i, row in enumerate(rows, 1):
@@ -134,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True, timeout=10).stdout.strip()
     data = {"bench": NAME, "quick": bool(args.quick), "rows": results, "stacks": stacks,
-            "hosts": n_hosts, "element": "userspace (AF_PACKET) link element",
+            "hosts": n_hosts, "element": ("eBPF switch port" if args.element == "ebpf"
+                                   else "userspace (AF_PACKET) link element"),
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,
             "seconds": round(time.monotonic() - t_start, 1),
             "loadavg": {"start": [round(x, 2) for x in load0],

@@ -2,8 +2,9 @@
 
 One fabric serves every row (bring-up costs seconds; a row costs a run):
 2 planes, each a leaf-spine (2 leaves x 2 spines), 100 Mbit/s links,
-userspace link elements on every link (trim + ECN as in the demo fabric),
-so every fault kind works. A Braid daemon runs on every host for the whole
+a link element on every link (trim + ECN as in the demo fabric): the eBPF
+switch ports by default, the userspace element with ``--element userspace``
+(which adds 20 us per link and takes delay faults). A Braid daemon runs on every host for the whole
 sitting (minimal start-up here; the lead reconciles it with ``braid testbed
 daemons``). Kernel MPTCP: every host announces each plane address as a
 ``signal`` endpoint and accepts as many, so a connection opened on one plane
@@ -35,13 +36,19 @@ RATE_MBIT = 100
 TCP_PORT = 5301
 
 
-def topology(hosts: int) -> dict[str, Any]:
+def topology(hosts: int, element: str = "ebpf") -> dict[str, Any]:
+    """The claims fabric. ``element``: "ebpf" (the kernel-speed switch ports,
+    default; no propagation delay, so the latency case of the asymmetric row
+    is skipped) or "userspace" (20 us per link, every fault kind)."""
+    link: dict[str, Any] = {"rate": f"{RATE_MBIT}mbit", "buffer": "256KB",
+                            "mtu": 1500, "element": element}
+    if element == "userspace":
+        link["delay"] = "20us"
     return {
         "hosts": hosts, "planes": PLANES,
         "description": f"braid bench claims: {hosts} hosts x {PLANES} planes, leaf-spine",
         "fabric": {"kind": "leafspine", "leaves": 2, "spines": 2},
-        "link": {"rate": f"{RATE_MBIT}mbit", "buffer": "256KB", "delay": "20us",
-                 "mtu": 1500, "element": True,
+        "link": {**link,
                  "fabric": {"down": {"trim": "32KB", "ecn": "16KB"}, "up": {"ecn": "16KB"}},
                  "host": {"down": {"trim": "32KB"}}},
     }
@@ -75,9 +82,10 @@ class _Lines:
 
 
 class ClaimsFabric:
-    def __init__(self, hosts: int, name: str, work: Path, daemon_args: list[str] | None = None
-                 ) -> None:
+    def __init__(self, hosts: int, name: str, work: Path, daemon_args: list[str] | None = None,
+                 element: str = "ebpf") -> None:
         self.daemon_args = daemon_args or []
+        self.element = element
         self.n_hosts = hosts
         self.name = name
         self.work = work.resolve()
@@ -96,7 +104,7 @@ class ClaimsFabric:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.work)  # our own run directory from an earlier sitting
         self.work.mkdir(parents=True, exist_ok=True)
-        self.tb = Testbed.up(topology(self.n_hosts), name=self.name)
+        self.tb = Testbed.up(topology(self.n_hosts, self.element), name=self.name)
         write_key_file(self.work / "cluster.key", new_cluster_key())
         for h in range(self.n_hosts):
             cfg = self._daemon_config(h)
@@ -124,6 +132,11 @@ class ClaimsFabric:
         for j in range(self.n_hosts):
             if j != h:
                 text += f"\n[peers.h{j}]\nplanes = [{planes(j)}]\n"
+        from testbed.topology import connection_plane_rate
+
+        rate = connection_plane_rate(tb.topo)
+        if rate is not None:  # NSCC sizes its window and pacing to the plane's bottleneck
+            text += f"\n[connection]\nplane_rate = {rate:.6g}\n"
         path = self.work / f"h{h}.toml"
         path.write_text(text)
         return path
