@@ -486,19 +486,20 @@ class EvSet:
                 return
             if plane.liveness_probe_at is not None:  # unanswered, no evidence: ask again
                 plane.liveness_rounds += 1
-            if others_up and not self._silence_deadline(plane, others_up)[1]:
-                self._hurry_parked(now)
         elif not (many_bad and plane.liveness_probe_at is None):
             return
         # Ask the plane: a probe answered clears ``liveness_probe_at`` (``_heard``).
         if plane.liveness_probes_due == 0:
+            if not (others_up and self._silence_deadline(plane, others_up)[1]):
+                self._hurry_parked(now)
             plane.liveness_probes_due = self.plane_probe_evs
             plane.liveness_due_at = now
 
     def _hurry_parked(self, now: float) -> None:
-        """No plane answers anything: a parked plane may be the one that
-        works (a gray plane parked just before the others died), and its
-        answer is the evidence the silent ones wait for. Probe it now."""
+        """The last live plane looks silent, or no plane answers anything: a
+        parked plane may be the one that works (a gray plane parked just
+        before the others died), and its answer is the evidence the silent
+        ones wait for (or the live plane the last one needs). Probe it now."""
         for ev in self._probing.values():
             if self._planes[ev.plane].state is PlaneState.PARKED and \
                     ev.next_probe is not None and ev.next_probe > now:
