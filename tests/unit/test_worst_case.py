@@ -113,8 +113,9 @@ def test_m_application_limited_sender(client: str) -> None:
     assert r["healthy_plane_parks"] == 0, "idle time or a random loss parked a healthy plane"
     assert r["dead_parked_after_rtts"] is not None
     # Fewer than plane_silent_sends packets reach the dead plane before the
-    # silence: parked only after a failed probe (2 x 3 srtt + ACK delays).
-    assert r["dead_parked_after_rtts"] <= 8.0, r["dead_parked_after_rtts"]
+    # silence: parked only after a failed probe, sent one probe wait before
+    # the silence deadline (it was 2 x 3 srtt + ACK delays: up to 8).
+    assert r["dead_parked_after_rtts"] <= 5.0, r["dead_parked_after_rtts"]
     assert r["rtos"] <= 2, r["rtos"]
 
 
