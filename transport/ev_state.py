@@ -470,6 +470,11 @@ class EvSet:
                 if ev.state is ASSUMED_BAD:
                     bad += 1
         if active == 0:
+            # Every EV denied: nothing can be sent or probed here, and a
+            # deadline left armed would fire without effect for ever.
+            plane.unanswered.clear()
+            plane.lossy.clear()
+            plane.liveness_probe_at = None
             return
         # Under spraying a dead plane shows up as losses on many EVs at once;
         # waiting for each EV's own evidence would keep feeding the dead plane
@@ -484,12 +489,12 @@ class EvSet:
             if action[1]:
                 self._park(plane, now)
                 return
-            if plane.liveness_probe_at is not None:  # unanswered, no evidence: ask again
-                plane.liveness_rounds += 1
         elif not (many_bad and plane.liveness_probe_at is None):
             return
         # Ask the plane: a probe answered clears ``liveness_probe_at`` (``_heard``).
         if plane.liveness_probes_due == 0:
+            if plane.liveness_probe_at is not None:  # unanswered, no evidence: ask again
+                plane.liveness_rounds += 1
             if not (others_up and self._silence_deadline(plane, others_up)[1]):
                 self._hurry_parked(now)
             plane.liveness_probes_due = self.plane_probe_evs
