@@ -146,6 +146,10 @@ DENIED = EvState.DENIED
 #: Send times kept per plane for the liveness rule; past this the record is
 #: thinned (every other entry dropped), which keeps its oldest entry exact.
 _MAX_UNANSWERED = 4096
+#: Liveness probe rounds repeated (each after twice the wait of the one
+#: before) while no plane answers anything: bounded, a stalled peer must
+#: not draw probes forever.
+_MAX_REPROBES = 6
 
 
 @dataclass(slots=True)
@@ -168,6 +172,10 @@ class _Plane:
     liveness_probe_at: float | None = None
     liveness_probes_due: int = 0
     liveness_due_at: float = -math.inf
+    #: Liveness probe rounds repeated (none answered, no other evidence),
+    #: and when the latest went out.
+    liveness_rounds: int = 0
+    liveness_round_at: float = -math.inf
     #: EVs (by index) that lost packets since the plane was last heard from
     #: (the rule for callers that record no sends).
     lossy: set[int] = field(default_factory=set)
@@ -262,6 +270,7 @@ class EvSet:
         self.park_log: list[tuple[float, int, float]] = []
         #: The connection's smoothed RTT (``set_rtt``; base_rtt until then).
         self.srtt = base_rtt
+        self._ack_delay = 0.0
         #: Newest answered send time over all planes.
         self._newest_answer = -math.inf
 
@@ -345,6 +354,8 @@ class EvSet:
         (unless it was fixed at construction)."""
         if srtt > 0:
             self.srtt = srtt
+        if ack_delay >= 0:
+            self._ack_delay = ack_delay
         if not self._silence_fixed and srtt > 0:
             self.plane_silence = PLANE_SILENCE_RTTS * srtt + ack_delay
 
@@ -376,6 +387,8 @@ class EvSet:
                 q.popleft()
             if plane.liveness_probe_at is not None and sent >= plane.liveness_probe_at:
                 plane.liveness_probe_at = None
+                plane.liveness_rounds = 0
+                plane.liveness_round_at = -math.inf
 
     def _rtt_sample(self, ev: Ev, rtt: float | None) -> None:
         if rtt is None or rtt <= 0:
@@ -457,70 +470,136 @@ class EvSet:
                 if ev.state is ASSUMED_BAD:
                     bad += 1
         if active == 0:
+            # Every EV denied: nothing can be sent or probed here, and a
+            # deadline left armed would fire without effect for ever.
+            plane.unanswered.clear()
+            plane.lossy.clear()
+            plane.liveness_probe_at = None
             return
         # Under spraying a dead plane shows up as losses on many EVs at once;
         # waiting for each EV's own evidence would keep feeding the dead plane
         # for many RTTs (MRC notices a plane down within a few RTTs).
         many_bad = bad >= self.plane_bad_fraction * active
-        deadline = self._silence_deadline(plane)
-        silent = deadline is not None and now >= deadline
-        if not (many_bad or silent):
+        others_up = self._others_up(plane)
+        if many_bad and others_up:
+            self._park(plane, now)
             return
-        # A few unanswered sends are weak evidence (one lost SACK covers up
-        # to ack_every packets): probe first (the probe is one more send,
-        # given ``plane_silence`` to be answered). ``plane_silent_sends`` or
-        # more is a plane that stopped answering. (No send recorded at all:
-        # the caller reports losses only; trust them.)
-        q = plane.unanswered
+        action = self._next_action(plane, others_up)
+        if action is not None and now >= action[0]:
+            if action[1]:
+                self._park(plane, now)
+                return
+        elif not (many_bad and plane.liveness_probe_at is None):
+            return
+        # Ask the plane: a probe answered clears ``liveness_probe_at`` (``_heard``).
+        if plane.liveness_probes_due == 0:
+            if plane.liveness_probe_at is not None:  # unanswered, no evidence: ask again
+                plane.liveness_rounds += 1
+            if not (others_up and self._silence_deadline(plane, others_up)[1]):
+                self._hurry_parked(now)
+            plane.liveness_probes_due = self.plane_probe_evs
+            plane.liveness_due_at = now
+
+    def _hurry_parked(self, now: float) -> None:
+        """The last live plane looks silent, or no plane answers anything: a
+        parked plane may be the one that works (a gray plane parked just
+        before the others died), and its answer is the evidence the silent
+        ones wait for (or the live plane the last one needs). Probe it now."""
+        for ev in self._probing.values():
+            if self._planes[ev.plane].state is PlaneState.PARKED and \
+                    ev.next_probe is not None and ev.next_probe > now:
+                ev.next_probe = now
+
+    def _others_up(self, plane: _Plane) -> bool:
+        return any(p.state is PlaneState.UP for p in self._planes if p is not plane)
+
+    def probe_wait(self) -> float:
+        """How long a liveness probe has to be answered: the receiver answers
+        a probe at once, so one smoothed RTT plus the ACK delay (as margin
+        for queueing) is generous; never more than ``plane_silence``."""
+        return min(self.srtt + self._ack_delay, self.plane_silence)
+
+    def _next_action(self, plane: _Plane, others_up: bool) -> tuple[float, bool] | None:
+        """When ``_check_plane`` next acts on an UP plane's silence, and
+        whether it parks it then (True) or sends it liveness probes (False);
+        None: only new evidence can make it act.
+
+        With evidence beyond time alone (``_silence_deadline``):
+        ``plane_silent_sends`` unanswered sends park the plane at its silence
+        deadline. Fewer are weak evidence (one random loss, or one lost SACK
+        covering up to ack_every packets, looks the same): the plane is
+        probed ``probe_wait`` before the deadline, so that the probe's own
+        answer is due by then, and parked if the probe is not answered in
+        ``probe_wait`` (a whole extra ``plane_silence`` after the deadline
+        let a one-message client feed dead planes for 9 smoothed RTTs). The
+        last live plane is probed only at the deadline and given
+        ``plane_silence`` to answer. Without evidence (every plane that
+        could answer is silent too, e.g. the only live one just lost its
+        SACKs) the plane is probed, and probed again with backoff while
+        nothing answers: the first probe answered on another plane is the
+        evidence that parks it."""
+        deadline, evidence = self._silence_deadline(plane, others_up)
+        if deadline is None:
+            return None
         probe = plane.liveness_probe_at
-        strong = many_bad or not q or (
-            len(q) >= self.plane_silent_sends
-            and (probe is None or now >= probe + self.plane_silence))
-        if strong and any(p.state is PlaneState.UP for p in self._planes if p is not plane):
-            self._park(plane, now)
-            return
-        # Weak evidence, or the last live plane (parking it stops all data;
-        # a gray plane still carries most of it): park only after a failed
-        # probe. A probe answered clears ``liveness_probe_at`` (``_heard``).
-        if plane.liveness_probe_at is None:
-            if plane.liveness_probes_due == 0:
-                plane.liveness_probes_due = self.plane_probe_evs
-                plane.liveness_due_at = now
-        elif silent and now >= plane.liveness_probe_at + self.plane_silence:
-            self._park(plane, now)
+        wait = self.probe_wait()
+        if evidence and others_up and self._strong(plane):
+            return deadline, True
+        if probe is None:
+            return (deadline - wait if others_up else deadline), False
+        if evidence:
+            return max(deadline, probe + (wait if others_up else self.plane_silence)), True
+        if plane.liveness_rounds >= _MAX_REPROBES:
+            return None
+        return plane.liveness_round_at + wait * (1 << plane.liveness_rounds), False
+
+    def _strong(self, plane: _Plane) -> bool:
+        """``plane_silent_sends`` or more unanswered sends, not counting the
+        plane's own pending liveness probes (or no send recorded at all: the
+        caller reports losses only; trust them)."""
+        q = plane.unanswered
+        probes = self.plane_probe_evs if plane.liveness_probe_at is not None else 0
+        return not q or len(q) - probes >= self.plane_silent_sends
 
     def _plane_deadline(self, plane: _Plane) -> float | None:
         """When ``_check_plane`` may next act on an UP plane's silence (None:
         only new evidence can make it). ``due_probes`` tests exactly
-        ``now >= _plane_deadline(plane)``, the time ``next_timer`` arms."""
+        ``now >= _plane_deadline(plane)``, the time ``next_timer`` arms, and
+        ``_check_plane`` then always acts (parks or asks for probes)."""
         if plane.state is not PlaneState.UP:
             return None
         if plane.liveness_probes_due:
             return plane.liveness_due_at
-        deadline = self._silence_deadline(plane)
-        if deadline is None or plane.liveness_probe_at is None:
-            return deadline
-        return max(deadline, plane.liveness_probe_at + self.plane_silence)
+        action = self._next_action(plane, self._others_up(plane))
+        return None if action is None else action[0]
 
-    def _silence_deadline(self, plane: _Plane) -> float | None:
-        """When the plane counts as silent: ``plane_silence`` after its oldest
-        unanswered send, if there is evidence beyond time alone: a packet sent
-        after its newest answered one was declared lost, or another plane
-        answered a packet sent later (the plane-level form of the time rule,
-        without waiting for the reorder window of per-packet loss
-        inference). None: no such evidence."""
+    def _silence_deadline(self, plane: _Plane,
+                          others_up: bool) -> tuple[float | None, bool]:
+        """When the plane counts as silent (``plane_silence`` after its oldest
+        unanswered send), and whether there is evidence beyond time alone: a
+        packet sent after its newest answered one was declared lost, or
+        another plane answered a packet sent later (the plane-level form of
+        the time rule, without waiting for the reorder window of per-packet
+        loss inference). Without such evidence, but with every other live
+        plane waiting for answers too (say they all died at once, or the
+        only answering one was just parked), the plane is still probed
+        (``_next_action``); the last live plane waits for evidence.
+        (None, _): no deadline."""
         q = plane.unanswered
         if not q:
             # No send recorded (a caller that reports losses only): the
             # older rule, losses on ``plane_loss_evs`` distinct EVs and
             # nothing heard for ``plane_silence``.
             if len(plane.lossy) < min(self.plane_loss_evs, len(plane.evs)):
-                return None
-            return plane.last_heard + self.plane_silence
+                return None, False
+            return plane.last_heard + self.plane_silence, True
         lost_unanswered = plane.loss_sent > plane.answered_sent and plane.loss_sent >= q[0]
-        if not (lost_unanswered or self._newest_answer > q[0]):
-            return None
-        return q[0] + self.plane_silence
+        evidence = lost_unanswered or self._newest_answer > q[0]
+        if not evidence and not (others_up and all(
+                p.unanswered for p in self._planes
+                if p is not plane and p.state is PlaneState.UP)):
+            return None, False
+        return q[0] + self.plane_silence, evidence
 
     def _park(self, plane: _Plane, now: float) -> None:
         plane.state = PlaneState.PARKED
@@ -530,6 +609,7 @@ class EvSet:
         plane.parked_at = now
         plane.liveness_probes_due = 0
         plane.liveness_probe_at = None
+        plane.liveness_rounds = 0
         plane.unanswered.clear()
         plane.lossy.clear()
         for ev in plane.evs:
@@ -566,6 +646,7 @@ class EvSet:
         plane.lossy.clear()
         plane.liveness_probes_due = 0
         plane.liveness_probe_at = None
+        plane.liveness_rounds = 0
         for ev in plane.evs:
             self._apply(ev, EvEvent.PLANE_UP)
             self._stop_probing(ev)
@@ -604,6 +685,7 @@ class EvSet:
         self.on_sent(ev, now)
         if plane.liveness_probes_due and plane.state is PlaneState.UP:
             plane.liveness_probes_due -= 1
+            plane.liveness_round_at = now
             if plane.liveness_probe_at is None:
                 plane.liveness_probe_at = now
         if ev.index not in self._probing:
@@ -622,6 +704,10 @@ class EvSet:
         plane = self._planes[ev.plane]
         if plane.state is PlaneState.PARKED:
             self._unpark(plane, now)
+            # The receiver answered a send of now - rtt: evidence against
+            # planes silent since before it.
+            if rtt is not None and now - rtt > self._newest_answer:
+                self._newest_answer = now - rtt
         else:
             self._heard(ev, now, None if rtt is None else now - rtt)
             self._apply(ev, EvEvent.PROBE_OK)
