@@ -217,7 +217,8 @@ def analyse(*, rows: list[dict[str, Any]], t0: float, size: int, fired: list[dic
         "plane_share_fabric": {str(q): round(v / tot, 4) for q, v in el_total.items()},
         "goodput_Mbps": phases,
         "after_faults_bins": {
-            "min_Mbps": min(after) if after else None, "median_Mbps": after_median,
+            "min_Mbps": round(min(after), 1) if after else None,
+            "median_Mbps": round(after_median, 1) if after_median is not None else None,
             "below_half_median": sum(1 for x in after if after_median and x < after_median / 2),
             "bins": len(after)},
         "longest_delivery_gap_s": round(gap, 3),
