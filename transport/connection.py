@@ -138,6 +138,17 @@ class Connection:
         self.dropped: dict[str, int] = {}
         self.trims_fabric = 0
         self.trims_last_hop = 0
+        #: Planes whose first data packet has not gone out yet: it asks for an
+        #: immediate ACK. The controller's per-plane base RTT is that plane's
+        #: smallest sample; with ACKs every ``ack_every`` packets a plane's
+        #: first sample could come from a packet sent behind the connection's
+        #: own initial window (issue 12: 4-to-1 incast, the second plane's base
+        #: read 4.3 ms for a 0.6 ms path, so half of all ACKs said "no queue" at
+        #: 4 ms of queueing). With one plane every sample shares one base and
+        #: the first regular ACK is taken as it always was (asking there
+        #: shrinks the first RTT estimate below the initial window's own
+        #: queue: scenario i then called queued packets lost).
+        self._rtt_unsampled: set[int] = set(range(c.planes)) if c.planes > 1 else set()
 
     # -- construction ------------------------------------------------------------
 
@@ -715,6 +726,7 @@ class Connection:
         health_sent = self.health.on_sent
         seal_data, append = sealer.seal_data, out.append
         retx_queue = s.retx_queue
+        unsampled = self._rtt_unsampled
         ts = _us(now)
         while budget > 0 and (retx_queue or s.has_new_data):
             if not can_send(in_flight=s.bytes_in_flight, size=size):
@@ -734,6 +746,9 @@ class Connection:
             if not retx_queue and not s.has_new_data:
                 flags |= _ACK_REQ  # the tail: don't make the receiver wait
             plane, value = ev.plane, ev.value
+            if unsampled and plane in unsampled:
+                flags |= _ACK_REQ  # this plane's base RTT, before a queue forms
+                unsampled.discard(plane)
             dgram = seal_data(
                 psn=p.psn & 0xFFFFFFFF, ev=value, plane=plane, msg_id=p.msg_id, msg_offset=p.offset,
                 msg_len=p.msg_len, timestamp=ts, payload=payload, flags=flags,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -75,7 +76,8 @@ def host_config(fab: Fabric, *, plane_rate: float, seed: int = 1, **kw: Any) -> 
 
 def run_client(fab: Fabric, config: Any, *, client: Client, msg_size: int = 64 << 10,
                duration: float = 2.0, depth: int = 64, offered: float | None = None,
-               warmup: float = 0.1) -> dict[str, Any]:
+               warmup: float = 0.1,
+               setup: Callable[[Simulator, float], None] | None = None) -> dict[str, Any]:
     """Run one client per sender host (every host but the fabric's last) towards
     the last host for ``duration`` virtual seconds, and measure them.
 
@@ -84,7 +86,7 @@ def run_client(fab: Fabric, config: Any, *, client: Client, msg_size: int = 64 <
     ``depth`` messages always queued. ``paced``: one message every
     msg_size/``offered`` seconds, whatever happens (an application producing
     at a fixed rate). Figures are over [start + warmup, end]; per-sender
-    figures are the worst sender's.
+    figures are the worst sender's. ``setup(sim, start)`` schedules faults.
     """
     sim = Simulator(fab)
     *srcs, dst = fab.hosts
@@ -96,6 +98,8 @@ def run_client(fab: Fabric, config: Any, *, client: Client, msg_size: int = 64 <
     payload = bytes(msg_size)
     t0 = sim.now
     end = t0 + duration
+    if setup is not None:
+        setup(sim, t0)
 
     def submit(a: Peer) -> None:
         if sim.now < end and a.failed is None:
@@ -223,16 +227,44 @@ def scenario_taildrop(*, client: Client = "pipelined", plane_rate: float | None 
     return run_client(fab, cfg, client=client, duration=duration)
 
 
+#: When the serial app-limited client's fabric goes dark (s after the start).
+OUTAGE_TIMES = (0.5, 1.0, 1.5)
+
+
 def scenario_app_limited(*, client: Client = "paced", loss: float = 0.01,
                          offered_fraction: float = 0.4, duration: float = 2.0,
-                         msg_size: int = 16 << 10,
+                         msg_size: int = 16 << 10, outage: float | None = None,
                          seed: int = 23) -> dict[str, Any]:
     """The application offers ``offered_fraction`` of capacity (paced) or one
     message at a time (serial); ``loss`` random loss on the planes' switch
     ports (not congestion). Every timeout asks QuickAdapt; an
-    application-limited window must stay."""
+    application-limited window must stay.
+
+    ``outage``: at each of ``OUTAGE_TIMES`` every plane's switch ports drop
+    everything for this long (all spines rebooting at once), so the tail-loss
+    probes are lost too and the RTO fires and asks QuickAdapt (random loss
+    alone no longer does: the probes repair it). Default 0.1 s for the serial
+    client, whose window never binds, so every such request must be skipped;
+    none for the paced one, whose queue fills during an outage until the
+    window does bind (QuickAdapt may then act: the sender is not
+    application-limited)."""
     fab = testbed_fabric(loss=loss, seed=seed)
     cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed)
     cap = fab.aggregate_capacity("a", "b") * payload_fraction(cfg.payload_size)
+    dark = (0.1 if client == "serial" else 0.0) if outage is None else outage
+
+    def setup(sim: Simulator, t0: float) -> None:
+        ports = [ln for ln in fab.links() if ln.name.startswith("spine")]
+
+        def turn(down: bool) -> None:
+            for ln in ports:
+                ln.down = down
+
+        for t in OUTAGE_TIMES:
+            if t < duration:
+                sim.at(t0 + t, lambda: turn(True))
+                sim.at(t0 + t + dark, lambda: turn(False))
+
     return run_client(fab, cfg, client=client, duration=duration, msg_size=msg_size,
-                      offered=offered_fraction * cap if client == "paced" else None)
+                      offered=offered_fraction * cap if client == "paced" else None,
+                      setup=setup if dark > 0 else None)
