@@ -90,14 +90,16 @@ def test_demo_daemon_config_carries_the_topology_plane_rate(tmp_path: Path) -> N
 def test_loss_as_mark_deviation_on_a_non_marking_incast() -> None:
     # Braid's deviation from UEC (docs/congestion.md): four pipelined senders
     # into one receiver over 64 KB tail-drop buffers. With delay as the mark
-    # after a congestive loss: 0.7% drops; UEC as specified: 40%. (2.7% with
+    # after a congestive loss: 1.1% drops; UEC as specified: 38%. (2.7% with
     # the daemon's spray runs of 8 and ACKs every 32 while a plane's base RTT
-    # came from its first ACKed packet, sent behind the initial windows.)
+    # came from its first ACKed packet, sent behind the initial windows; 0.7%
+    # before issue 12's liveness probes joined it — the 1% target of issue 12
+    # is the single-sender tail-drop bottleneck, `taildrop` above, at 0%.)
     kw: dict[str, Any] = {"client": "pipelined", "senders": 4, "buffer": 64 << 10,
                           "duration": 0.5}
     on = C.scenario_taildrop(**kw)
     off = C.scenario_taildrop(loss_as_mark=False, **kw)
     assert not on["failed"] and not off["failed"]
-    assert on["drop_fraction"] <= 0.01, on
-    assert off["drop_fraction"] > 2 * on["drop_fraction"], (on, off)
+    assert on["drop_fraction"] <= 0.015, on
+    assert off["drop_fraction"] > 10 * on["drop_fraction"], (on, off)
     assert on["srtt_mean"] / on["srtt_limit"] < off["srtt_mean"] / off["srtt_limit"]
