@@ -9,10 +9,10 @@ spraying — aioquic #42, quinn #2711):
   acknowledged and it has been out longer than its path's RTT plus a reorder
   window;
 - a tail-loss probe (after TLP, RFC 8985): when nothing has come back for
-  two smoothed RTTs plus the ACK delay, the newest two packets in flight are
-  sent again (on other EVs), so a lost last packet — nothing sent after it to be
-  acknowledged — costs about 3 RTTs, not an RTO; at most ``MAX_TLPS`` per
-  silence before the RTO takes over;
+  two smoothed RTTs plus the ACK delay, the newest two packets in flight (a
+  lone one twice) are sent again (on other EVs), so a lost last packet —
+  nothing sent after it to be acknowledged — costs about 3 RTTs, not an
+  RTO; at most ``MAX_TLPS`` per silence before the RTO takes over;
 - RTO with exponential backoff as the last resort;
 - a trimmed-header NACK retransmits at once.
 Retransmissions keep their PSN (the receiver's cumulative PSN must be able to
@@ -251,7 +251,8 @@ class Sender:
         elif not self.inflight and not self.retx_queue:
             # New data into an empty pipeline: an idle stretch is not a silence.
             self.last_progress = now
-        self.bytes_in_flight += p.length
+        if self.inflight.get(p.psn) is not p:  # a probe's second copy is one packet
+            self.bytes_in_flight += p.length
         p.ev = ev
         p.sent_time = now
         p.timestamp = timestamp
@@ -441,9 +442,9 @@ class Sender:
 
     def on_tlp(self, now: float) -> list[SentPacket]:
         """The probe timer fired: queue the newest ``TLP_PACKETS`` packets in
-        flight for resending. Each elicits a SACK, so one lost probe or SACK
-        (a gray path loses either) does not leave the tail to the RTO. Not a
-        loss: no congestion or path penalty follows."""
+        flight for resending (a lone packet twice). Each elicits a SACK, so one
+        lost probe or SACK (a gray path loses either) does not leave the tail
+        to the RTO. Not a loss: no congestion or path penalty follows."""
         out: list[SentPacket] = []
         for p in reversed(self.inflight.values()):
             out.append(p)
@@ -455,6 +456,10 @@ class Sender:
             self.retx_queue.appendleft(p)  # ahead of queued retransmissions
             p.tlp = True
         out.reverse()
+        if len(out) == 1:
+            # A lone tail packet: probe with two copies of it, or one loss on
+            # a gray path wastes the probe as surely as with two packets.
+            self.retx_queue.insert(1, out[0])
         if out:
             self._tlps += 1
             self.tlp_probes += 1

@@ -112,3 +112,20 @@ def test_cancel_withdraws_only_messages_not_started() -> None:
     while (nxt := s.next_packet()) is not None:
         ids.append(nxt[0].msg_id)
     assert ids == [first, first, second]
+
+
+def test_tail_loss_probe_sends_a_lone_packet_twice() -> None:
+    # One packet in flight: a single probe copy lost on a gray path would
+    # leave the tail to the next probe; two copies, counted in flight once.
+    s = make()
+    s.enqueue(b"x" * 1000)
+    e = _Ev(0, 1)
+    p = send(s, e, 0.0)
+    tlp = s.tlp_deadline()
+    assert tlp is not None
+    assert s.on_tlp(tlp) == [p] and list(s.retx_queue) == [p, p]
+    first, second = send(s, _Ev(0, 2), tlp), send(s, _Ev(0, 3), tlp)
+    assert first is second is p and not s.retx_queue
+    assert s.bytes_in_flight == 1000 and p.transmissions == 3
+    res = s.on_sack(sack(1, [], 0, p.timestamp, e), now=tlp + RTT, now_us=int(tlp * 1e6) + 100)
+    assert res.newly_acked == [p] and s.bytes_in_flight == 0
