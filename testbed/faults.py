@@ -9,6 +9,7 @@ Grammar of one fault (the same in ``braid testbed fault`` and timelines)::
             | loss 5% [up|down] | gray up|down [100%]
             | delay 2ms [up|down] | rate 10mbit [up|down]
             | reboot 500ms | flap 200ms for 1s
+            | unplug | plug                       (host links only)
 
 A timeline is either a TOML file (``events = ["at 2.0 plane 2 down", ...]`` or
 ``[[event]]`` tables with ``at`` and ``fault``) or a text file with one
@@ -20,6 +21,15 @@ on a plain veth it sets the core-side end (switch/spine) administratively down,
 so the other end loses carrier but — like a fabric whose routing has not
 converged — keeps hashing packets onto it. ``up`` undoes it; ``heal`` also
 restores the topology's loss, delay and rate.
+
+``unplug`` is a link down the *host sees* (carrier loss), next to the silent
+blackhole of ``down``: the far end of the host's veth (the wire namespace's
+end with an element, the leaf's without) goes administratively down, so the
+host's interface loses carrier, and the host ignores routes over a link
+without carrier (``ignore_routes_with_linkdown``, set by the fault), so its
+sends on that plane fail at once with ENETUNREACH, as on a host whose
+routing daemon withdrew the route. ``plug`` brings the far end back; the
+routes are usable again as soon as the carrier is.
 """
 
 from __future__ import annotations
@@ -58,6 +68,13 @@ class Testbed(Protocol):
     def element_kind(self, link: str) -> str: ...
 
     def ebpf(self, plane: int) -> EbpfPlane: ...
+
+    @property
+    def prefix(self) -> str: ...
+
+    def wire_node(self, plane: int) -> str: ...
+
+    def wire_ifnames(self, link: LinkSpec) -> tuple[str, str]: ...
 
 MAX_FLAP_TOGGLES = 10_000
 MAX_TIMELINE_SECONDS = 24 * 3600.0
@@ -125,7 +142,7 @@ def _parse_action(w: list[str]) -> tuple[str, tuple[Any, ...]]:
     if not w:
         raise ValueError("missing action (down, up, heal, loss, gray, delay, rate, reboot, flap)")
     a = w[0]
-    if a in ("down", "up", "heal", "blackhole") and len(w) == 1:
+    if a in ("down", "up", "heal", "blackhole", "unplug", "plug") and len(w) == 1:
         return ("down" if a == "blackhole" else a), ()
     if a == "loss" and 2 <= len(w) <= 3:
         return a, (parse_ratio(w[1]), _direction(w, 2))
@@ -176,6 +193,12 @@ def compile_fault(tb: Testbed, f: Fault) -> list[Step]:
         return [Step(0, f.text, lambda: set_down(tb, links, False))]
     if a == "heal":
         return [Step(0, f.text, lambda: heal(tb, links))]
+    if a in ("unplug", "plug"):
+        not_host = [lk.name for lk in links if lk.kind != "host"]
+        if not_host:
+            raise TestbedError(f"fault {f.text!r}: {a} is for host links (a host loses "
+                               f"carrier), not {', '.join(not_host[:4])}")
+        return [Step(0, f.text, lambda: set_carrier(tb, links, a == "plug"))]
     if a == "reboot":
         (dur,) = f.args
         return [Step(0, f"{f.text}: down", lambda: set_down(tb, links, True)),
@@ -270,8 +293,38 @@ def set_down(tb: Testbed, links: list[LinkSpec], down: bool) -> None:
                         state="down" if down else "up")
 
 
+def set_carrier(tb: Testbed, links: list[LinkSpec], carrier: bool) -> None:
+    """Host links: take the far end of the host's veth down (the host loses
+    carrier and, with ``ignore_routes_with_linkdown``, its routes there) or
+    bring it back up."""
+    from pyroute2 import NetNS
+
+    from testbed import nsutil
+
+    far: dict[str, list[str]] = {}
+    for lk in links:
+        if not carrier:
+            keys = {f"net.ipv4.conf.{lk.a_if}.ignore_routes_with_linkdown": "1"}
+            if tb.topo.ipv6:
+                keys[f"net.ipv6.conf.{lk.a_if}.ignore_routes_with_linkdown"] = "1"
+            nsutil.sysctls(tb.netns(lk.a), keys)
+        if lk.element:
+            far.setdefault(tb.prefix + tb.wire_node(lk.plane), []).append(
+                tb.wire_ifnames(lk)[0])
+        else:
+            far.setdefault(tb.netns(lk.b), []).append(lk.b_if)
+    for ns_name, ifnames in far.items():
+        with NetNS(ns_name, flags=0) as ns:
+            for ifname in ifnames:
+                ns.link("set", index=ns.link_lookup(ifname=ifname)[0],
+                        state="up" if carrier else "down")
+
+
 def heal(tb: Testbed, links: list[LinkSpec]) -> None:
     set_down(tb, links, False)
+    host_links = [lk for lk in links if lk.kind == "host"]
+    if host_links:
+        set_carrier(tb, host_links, True)
     for lk in links:
         if lk.element:
             for d, cfg in (("up", lk.up), ("down", lk.down)):

@@ -50,6 +50,13 @@ TX_ROUNDS = 4
 _MAX_DGRAM = 65536
 _DATA_DSCP = int(Dscp.DATA)
 _INT = struct.Struct("i")
+#: errnos that mean "this host cannot reach there on this plane now": its link
+#: is down (ENETDOWN), the route is gone or ignored (ENETUNREACH, e.g. with
+#: ``ignore_routes_with_linkdown`` after carrier loss), the neighbour failed
+#: (EHOSTUNREACH), a firewall refused (EPERM) or the source address went away
+#: (EADDRNOTAVAIL). The core parks the plane at once (``on_path_unreachable``).
+_UNREACHABLE = frozenset((errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EPERM,
+                          errno.EADDRNOTAVAIL))
 #: errnos that mean "this kernel or device cannot do UDP GSO here".
 _GSO_REFUSED = (errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOPROTOOPT)
 
@@ -107,6 +114,8 @@ class EndpointIO:
         self.rx_bytes = 0
         self.tx_bytes = 0
         self.tx_errors: dict[str, int] = {}
+        #: Datagrams per plane the kernel refused as unreachable (``_UNREACHABLE``).
+        self.tx_unreachable: list[int] = []
         #: sendmsg calls that carried a GSO batch (more than one datagram).
         self.gso_sends = 0
         self.closed = False
@@ -278,6 +287,7 @@ class EndpointIO:
         n_bytes = 0
         n_planes = len(planes)
         n_out = len(out)
+        unreachable: dict[tuple[PeerKey, int], int] | None = None
         i = 0
         while i < n_out:
             peer, data, path = out[i]
@@ -338,6 +348,13 @@ class EndpointIO:
                 # A full socket buffer (EAGAIN/ENOBUFS) is a loss like any
                 # other: the core recovers it. Count it, never stall.
                 self._count_tx_error(exc)
+                if exc.errno in _UNREACHABLE:
+                    # The host's own link or route is gone: tell the core once
+                    # per (peer, plane) after this pass, so it routes around.
+                    if unreachable is None:
+                        unreachable = {}
+                    key = (peer, path.plane)
+                    unreachable[key] = unreachable.get(key, 0) + j - i
                 i = j
                 continue
             n_tx += j - i
@@ -345,6 +362,13 @@ class EndpointIO:
             i = j
         self.tx_datagrams += n_tx
         self.tx_bytes += n_bytes
+        if unreachable:
+            now = time.monotonic()
+            if len(self.tx_unreachable) < n_planes:
+                self.tx_unreachable += [0] * (n_planes - len(self.tx_unreachable))
+            for (peer, plane), n in unreachable.items():
+                self.tx_unreachable[plane] += n
+                self.endpoint.on_path_unreachable(peer, plane, now, n)
 
     def _count_tx_error(self, exc: OSError) -> None:
         name = errno_name(exc)
@@ -389,6 +413,7 @@ class EndpointIO:
             "tx_bytes": self.tx_bytes,
             "gso_sends": self.gso_sends,
             "tx_errors": dict(self.tx_errors),
+            "tx_unreachable": list(self.tx_unreachable),
             "peer_table": len(self.peers),
             "planes": [
                 {

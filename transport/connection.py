@@ -137,6 +137,8 @@ class Connection:
         self._persist_backoff = 0  # reset only when credit arrives
         self.dropped: dict[str, int] = {}
         self.trims_fabric = 0
+        #: Sends the host's own stack refused for want of a route (link down).
+        self.unreachable_sends = 0
         self.trims_last_hop = 0
         #: Planes whose first data packet has not gone out yet: it asks for an
         #: immediate ACK. The controller's per-plane base RTT is that plane's
@@ -553,6 +555,21 @@ class Connection:
         self._close_deadline = now + max(4 * self.sender.rtt.srtt, self.config.min_rto) * (
             1 << self._close_tries)
 
+    def on_path_unreachable(self, plane: int, now: float, count: int = 1) -> None:
+        """The I/O could not hand ``count`` datagrams of ours to the network on
+        ``plane`` (ENETUNREACH, EHOSTUNREACH, ENETDOWN, EPERM: the host's link
+        is down or it has no route there). That is certain evidence, unlike a
+        silence: park the plane now (unless it is the last one up) and resend
+        what is in flight on it elsewhere; its probes bring it back."""
+        self._now = now
+        self.unreachable_sends += count
+        if self.is_terminal or not self.is_established:
+            return
+        plane %= self.config.planes
+        if self.paths.ev_set.park_unreachable(plane, now):
+            self.sender.sweep_plane(plane)
+        self._note_ev_changes()
+
     def _note_ev_changes(self) -> None:
         """Report EV state changes as events."""
         self._events.extend(self.health.take_changes())
@@ -790,5 +807,11 @@ class Connection:
             "probes_sent": self.health.probes_sent,
             "spurious_losses": s.spurious_losses,
             "parked_planes": self.paths.parked_planes(),
+            # When planes were parked and came back (time on the connection's
+            # clock, plane, "parked" | "up", srtt then, cause): the newest 64.
+            "plane_log": [list(e) for e in self.paths.ev_set.plane_log[-64:]],
+            "probe_interval": self.paths.ev_set.probe_initial,
+            "unreachable_sends": self.unreachable_sends,
+            "lost_unreachable": s.lost_unreachable,
             "dropped": dict(self.dropped),
         }

@@ -94,6 +94,13 @@ class Endpoint:
             if self._peer[cid] == peer:
                 yield conn
 
+    def on_path_unreachable(self, peer: PeerKey, plane: int, now: float, count: int = 1
+                            ) -> None:
+        """The I/O could not send to ``peer`` on ``plane`` (no route, link
+        down): every connection to that peer routes around the plane."""
+        for conn in list(self.connections_to(peer)):
+            conn.on_path_unreachable(plane, now, count)
+
     # -- API ---------------------------------------------------------------------
 
     def connect(self, peer: PeerKey, now: float,

@@ -268,6 +268,12 @@ class EvSet:
         #: Every whole-plane park as (time, plane, smoothed RTT then), oldest
         #: first (bounded): what benchmarks measure liveness with.
         self.park_log: list[tuple[float, int, float]] = []
+        #: Every park and unpark as (time, plane, "parked" | "up", smoothed
+        #: RTT then, cause), oldest first (bounded): what the daemon's stats
+        #: report, so a benchmark can tell *when* a plane was parked. Causes:
+        #: "silence" / "bad_evs" (the evidence rules), "local" (the host's own
+        #: send failed: no route, link down), "probe" (a probe was answered).
+        self.plane_log: list[tuple[float, int, str, float, str]] = []
         #: The connection's smoothed RTT (``set_rtt``; base_rtt until then).
         self.srtt = base_rtt
         self._ack_delay = 0.0
@@ -482,7 +488,7 @@ class EvSet:
         many_bad = bad >= self.plane_bad_fraction * active
         others_up = self._others_up(plane)
         if many_bad and others_up:
-            self._park(plane, now)
+            self._park(plane, now, "bad_evs")
             return
         action = self._next_action(plane, others_up)
         if action is not None and now >= action[0]:
@@ -601,11 +607,29 @@ class EvSet:
             return None, False
         return q[0] + self.plane_silence, evidence
 
-    def _park(self, plane: _Plane, now: float) -> None:
+    def park_unreachable(self, plane: int, now: float) -> bool:
+        """The host itself could not send on ``plane`` (no route, link down:
+        the I/O saw ENETUNREACH and the like): park it at once, unless it is
+        the last plane up (with nowhere else to go, its sends keep trying and
+        the usual timers decide). True if the plane is parked now."""
+        pl = self._planes[plane]
+        if pl.state is PlaneState.PARKED:
+            return True
+        if not self._others_up(pl):
+            return False
+        self._park(pl, now, "local")
+        return True
+
+    def _log_plane(self, now: float, plane: int, what: str, cause: str) -> None:
+        if len(self.plane_log) < 4096:
+            self.plane_log.append((now, plane, what, self.srtt, cause))
+
+    def _park(self, plane: _Plane, now: float, cause: str = "silence") -> None:
         plane.state = PlaneState.PARKED
         plane.parks += 1
         if len(self.park_log) < 4096:
             self.park_log.append((now, plane.index, self.srtt))
+        self._log_plane(now, plane.index, "parked", cause)
         plane.parked_at = now
         plane.liveness_probes_due = 0
         plane.liveness_probe_at = None
@@ -639,6 +663,7 @@ class EvSet:
 
     def _unpark(self, plane: _Plane, now: float) -> None:
         plane.state = PlaneState.UP
+        self._log_plane(now, plane.index, "up", "probe")
         plane.last_heard = now
         # Sends before the park were answered or lost: start afresh.
         plane.answered_sent = now

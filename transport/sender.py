@@ -148,6 +148,8 @@ class Sender:
         self.lost_by_ev_order = 0
         self.lost_by_time = 0
         self.lost_by_rto = 0
+        #: Swept from a plane the host could not send on (``sweep_plane``).
+        self.lost_unreachable = 0
         self.rto_events = 0
         self.tlp_probes = 0
         self._tlps = 0
@@ -492,6 +494,16 @@ class Sender:
         self.rto_backoff = min(self.rto_backoff + 1, 16)
         self.consecutive_rtos += 1
         return expired
+
+    def sweep_plane(self, plane: int) -> list[SentPacket]:
+        """Declare lost what is in flight on ``plane``: the host could not
+        send there (its link is down), so those packets never left or are
+        stuck behind the dead link; retransmitted elsewhere at once."""
+        swept = [p for p in self.inflight.values() if p.ev is not None and p.ev.plane == plane]
+        for p in swept:
+            self._mark_lost(p)
+        self.lost_unreachable += len(swept)
+        return swept
 
     def sweep_inflight(self) -> list[SentPacket]:
         """Declare everything still in flight lost (after an RTO, when the
