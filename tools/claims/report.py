@@ -80,6 +80,21 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
                     f"mptcp {_f(_get(fo, 'mptcp', 'faulted', 'longest_gap_ms'), 0)} / "
                     f"{_f(_get(fo, 'mptcp', 'fault_free', 'longest_gap_ms'), 0)} ms",
                     _met(None if g1 is None or g0 is None else max(g1, g0) <= 20)])
+        if _get(fo, "braid", "link_down"):
+            bs, ms = (_get(fo, st, "link_down", "settle_ms") for st in ("braid", "mptcp"))
+            bg = _get(fo, "braid", "link_down", "longest_gap_ms")
+            ok = None if bs is None and ms is None else (
+                bs is not None and (bs <= 10 or (ms is None or ms >= 10 * bs)))
+            pl = _get(fo, "braid", "link_down", "planes") or {}
+            out.append(["failover, link down (carrier loss): settle as above, longest gap "
+                        "<= 20 ms",
+                        f"settle {_f(bs, 0, ' ms')}, gap {_f(bg, 0, ' ms')}; plane 0 parked "
+                        f"after {_f(pl.get('parked_after_ms'), 0, ' ms')} "
+                        f"({pl.get('parked_cause') or '-'})",
+                        f"mptcp settle {_f(ms, 0, ' ms')}, gap "
+                        f"{_f(_get(fo, 'mptcp', 'link_down', 'longest_gap_ms'), 0, ' ms')}; "
+                        f"tcp gap {_f(_get(fo, 'tcp', 'link_down', 'longest_gap_ms'), 0, ' ms')}",
+                        _met(None if ok is None or bg is None else ok and bg <= 20)])
     ic = _get(R, "incast", "per_stack") or {}
     if "braid" in ic:
         c, r, v = (_get(ic, "braid", k) for k in ("completion_p100_over_ideal", "rtos",
@@ -117,12 +132,23 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
     co = _get(R, "compound", "per_stack", "braid")
     if co:
         gap, srtt = co.get("longest_gap_after_fault_ms"), co.get("srtt_ms")
-        out.append(["compound: no stall longer than 10 srtt (+ a probe interval)",
-                    f"{gap} ms (srtt {_f(srtt, 1)} ms)",
+        pl = co.get("planes") or {}
+        after, in_srtt = pl.get("parked_after_ms"), pl.get("parked_after_srtt")
+        out.append(["compound: the dead plane parked within 5 srtt of going silent",
+                    f"{_f(after, 1, ' ms')} = {_f(in_srtt, 1)} srtt "
+                    f"({pl.get('parked_cause') or 'not parked'})", "-",
+                    _met(None if in_srtt is None and co.get("complete") is None
+                         else in_srtt is not None and in_srtt <= 5)])
+        limit = co.get("stall_limit_ms")
+        if limit is None and srtt:
+            limit = 10 * srtt
+        out.append(["compound: no stall longer than 10 srtt + one probe interval",
+                    f"{gap} ms (limit {_f(limit, 1)} ms: srtt {_f(srtt, 1)} ms, probe "
+                    f"interval {_f(pl.get('probe_interval_ms'), 1)} ms; 10 ms bins)",
                     f"tcp {_get(R, 'compound', 'per_stack', 'tcp', 'longest_gap_after_fault_ms')}"
                     f" ms, mptcp "
                     f"{_get(R, 'compound', 'per_stack', 'mptcp', 'longest_gap_after_fault_ms')}"
-                    " ms", _met(None if gap is None or not srtt else gap <= 10 * srtt)])
+                    " ms", _met(None if gap is None or not limit else gap <= limit)])
     return out
 
 
@@ -154,6 +180,26 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
                     ["stack", "settle", "longest gap", "stall", "surviving cap Mbit/s",
                      "no-fault settle", "no-fault longest gap", "no-fault empty bins",
                      "no-fault Mbit/s", "byte-exact"], rows))
+        rows = []
+        for k, v in R["failover"]["per_stack"].items():
+            fl = v.get("link_down")
+            if not fl:
+                continue
+            pl = fl.get("planes") or {}
+            bh = (v.get("faulted") or {}).get("planes") or {}
+            rows.append([k, _f(fl["settle_ms"], 0), _f(fl["longest_gap_ms"], 0),
+                         _f(fl["stall_ms"], 0), _f(fl["capacity_mbps"], 1),
+                         _f(pl.get("parked_after_ms"), 1), _f(pl.get("parked_after_srtt"), 1),
+                         str(pl.get("parked_cause") or "-"),
+                         str(pl.get("unreachable_sends", "-")),
+                         _f(bh.get("parked_after_ms"), 1), str(fl["rtos"]),
+                         _f(fl["complete"])])
+        if rows:
+            out.append(("failover: h0's plane-0 link down, carrier loss the host sees "
+                        "(ms; 10 ms bins, 100 ms windows)",
+                        ["stack", "settle", "longest gap", "stall", "surviving cap Mbit/s",
+                         "plane 0 parked after ms", "in srtt", "cause", "sends refused",
+                         "blackhole: parked after ms", "RTOs", "byte-exact"], rows))
     if "loss" in R and "per_stack" in R["loss"]:
         rows = []
         for k, v in R["loss"]["per_stack"].items():
@@ -174,10 +220,14 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
     if "compound" in R and "per_stack" in R["compound"]:
         rows = [[k, str(v["longest_gap_after_fault_ms"]), str(v["empty_bins_after"]),
                  _f(v["goodput_after_mbps"], 1), str(v["rtos"]), _f(v["srtt_ms"], 1),
-                 _f(v["complete"])] for k, v in R["compound"]["per_stack"].items()]
+                 _f(_get(v, "planes", "parked_after_ms"), 1),
+                 _f(_get(v, "planes", "parked_after_srtt"), 1),
+                 _f(v.get("stall_limit_ms"), 1), _f(v["complete"])]
+                for k, v in R["compound"]["per_stack"].items()]
         out.append(("compound: plane 0 down + 30% one-way loss on plane 1",
                     ["stack", "longest gap ms", "empty bins", "Mbit/s after", "RTOs",
-                     "srtt ms", "byte-exact"], rows))
+                     "srtt ms", "plane 0 parked after ms", "in srtt",
+                     "stall limit ms (10 srtt + probe)", "byte-exact"], rows))
     if "incast" in R and "per_stack" in R["incast"]:
         rows = [[k, str(v["bursts"]), _f(v["completion_p50_over_ideal"]),
                  _f(v["completion_p100_over_ideal"]), _f(v["ideal_ms"], 1), str(v["rtos"]),
@@ -318,7 +368,7 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
         fig.savefig(p, dpi=110)
         plt.close(fig)
         out.append(p)
-    for row, title in (("failover", "plane 0 blackholed"), ("compound",
+    for row, title in (("failover", "plane 0 blackholed; h0:p0 unplugged"), ("compound",
                                                             "plane 0 down + 30% loss on p1")):
         series = R.get(row, {}).get("series")
         if not series:

@@ -197,6 +197,60 @@ def _srtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
     return statistics.median(vals) * 1000 if vals else None
 
 
+def _fault_time(res: dict[int, dict[str, Any]], words: str, default: float) -> float:
+    """When the fault whose label contains ``words`` really fired (s after go)."""
+    fired: list[dict[str, Any]] = next((list(r["fired"]) for r in res.values()
+                                        if r.get("fired")), [])
+    return next((float(f["t"]) for f in fired if words in f.get("fault", "")
+                 and "error" not in f), default)
+
+
+def plane_events(res: dict[int, dict[str, Any]], t_fault: float, plane: int = 0,
+                 sender: int = 0) -> dict[str, Any]:
+    """When Braid parked (and unparked) planes during a run, relative to the
+    fault (from each connection's ``plane_log`` in the daemon's stats), and
+    the sending host's first park of ``plane`` after the fault: in ms and in
+    the connection's smoothed RTTs at that moment."""
+    go = next((r["go"] for r in res.values() if r.get("go")), 0.0)
+    events = []
+    for h, r in sorted(res.items()):
+        for c in r.get("conns", []):
+            for t, p, what, srtt, cause in c.get("plane_log") or []:
+                events.append({"host": f"h{h}", "peer": c.get("peer"), "plane": p,
+                               "what": what, "cause": cause,
+                               "after_fault_ms": round((t - go - t_fault) * 1000, 2),
+                               "srtt_ms": round(srtt * 1000, 3)})
+    events.sort(key=lambda e: e["after_fault_ms"])
+    first = next((e for e in events if e["host"] == f"h{sender}" and e["plane"] == plane
+                  and e["what"] == "parked" and e["after_fault_ms"] >= 0), None)
+    probe = [c.get("probe_interval") for c in res.get(sender, {}).get("conns", [])
+             if isinstance(c.get("probe_interval"), int | float)]
+    return {"events": events[:32],
+            "parked_after_ms": first["after_fault_ms"] if first else None,
+            "parked_after_srtt": first["after_fault_ms"] / first["srtt_ms"]
+            if first and first["srtt_ms"] else None,
+            "parked_cause": first["cause"] if first else None,
+            "probe_interval_ms": max(probe) * 1000 if probe else None,
+            "unreachable_sends": sum(int(c.get("unreachable_sends") or 0)
+                                     for c in res.get(sender, {}).get("conns", []))}
+
+
+def _wait_routable(ctx: Ctx, host: int, dst: int, plane: int, timeout: float = 10.0) -> None:
+    """After a carrier fault healed: until ``host`` routes to ``dst`` on
+    ``plane`` again (the kernel applies carrier changes up to ~1 s late), so
+    the next run does not start with the link still down (bounded)."""
+    import time
+
+    tb = ctx.fab.tb
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        r = tb.exec(f"h{host}", ["ip", "route", "get", tb.address(f"h{dst}", plane), "from",
+                                 tb.address(f"h{host}", plane)], capture_output=True, text=True)
+        if r.returncode == 0:
+            return
+        time.sleep(0.1)
+
+
 # -- rows --------------------------------------------------------------------------------------
 def invisibility(ctx: Ctx) -> dict[str, Any]:
     """All-to-all step times fault-free and under a fault timeline."""
@@ -238,19 +292,25 @@ def invisibility(ctx: Ctx) -> dict[str, Any]:
 
 
 def failover(ctx: Ctx) -> dict[str, Any]:
-    """One flow over 2 planes; plane 0 silently blackholed mid-transfer."""
+    """One flow over 2 planes; plane 0 silently blackholed mid-transfer
+    (``faulted``), and h0's plane-0 link unplugged (``link_down``: carrier
+    loss the host sees, its sends there then fail with ENETUNREACH)."""
     dur, t_fault = ctx.q((1.6, 0.6), (3.0, 1.0))
     first = 20  # bins: skip the first 200 ms (connection start, slow start)
     end = int(dur / m.BIN_S)
     per: dict[str, Any] = {}
     series: dict[str, Any] = {}
+    runs = (("fault_free", None, ""), ("faulted", [(t_fault, "plane 0 down")], "plane 0 down"),
+            ("link_down", [(t_fault, "link h0:p0 unplug")], "unplug"))
     for stack in ctx.stacks:
         out: dict[str, Any] = {}
         ff_cap = None
-        for label, faults in (("fault_free", None), ("faulted", [(t_fault, "plane 0 down")])):
+        for label, faults, words in runs:
             ctx.say(f"  failover/{stack}/{label}: h0 -> h3, {dur:g} s"
-                    + (f", plane 0 blackholed at {t_fault:g} s" if faults else ""))
+                    + (f", {faults[0][1]} at {t_fault:g} s" if faults else ""))
             res = stream(ctx, stack, [(0, 3, 0.0, dur, 0)], dur, faults)
+            if label == "link_down":
+                _wait_routable(ctx, 0, 3, 0)
             ok = _record(ctx, "failover", stack, label, res)
             bins = _bins(res, 3)
             w = m.windows(bins[first:end])
@@ -265,13 +325,19 @@ def failover(ctx: Ctx) -> dict[str, Any]:
             fo = m.failover(bins, int(t_fault / m.BIN_S), end, cap, first_bin=first)
             out[label] = {**fo, "capacity_mbps": cap / 1e6, "complete": ok,
                           "rtos": _rtos(stack, res)}
+            if faults and stack == "braid":
+                out[label]["planes"] = plane_events(res, _fault_time(res, words, t_fault))
             series[f"{stack}/{label}"] = bins[:end]
         per[stack] = out
         ctx.say(f"  failover/{stack}: settle {_fmt(out['faulted']['settle_ms'])} ms, longest gap "
                 f"{out['faulted']['longest_gap_ms']:.0f} ms (fault-free "
                 f"{out['fault_free']['longest_gap_ms']:.0f} ms, "
-                f"{out['fault_free']['empty_bins']} empty bins)")
+                f"{out['fault_free']['empty_bins']} empty bins); link down: settle "
+                f"{_fmt(out['link_down']['settle_ms'])} ms, longest gap "
+                f"{out['link_down']['longest_gap_ms']:.0f} ms")
     return {"duration": dur, "fault_at": t_fault, "fault": "plane 0 down (element blackhole)",
+            "link_down": "link h0:p0 unplug (h0 loses carrier on plane 0; it ignores routes "
+                         "over a link without carrier)",
             "per_stack": per, "series": series}
 
 
@@ -357,6 +423,14 @@ def compound(ctx: Ctx) -> dict[str, Any]:
                                                for c in r.get("conns", [])
                                                for p in (c.get("parked_planes") or [])})
                       if stack == "braid" else None}
+        if stack == "braid":
+            pe = plane_events(res, _fault_time(res, "plane 0 down", t_fault))
+            srtt = per[stack]["srtt_ms"]
+            limit = 10 * srtt + (pe["probe_interval_ms"] or 0.0) if srtt else None
+            per[stack].update({"planes": pe, "stall_limit_ms": limit})
+            ctx.say(f"  compound/braid: plane 0 parked {_fmt(pe['parked_after_ms'])} ms after "
+                    f"the fault ({_fmt(pe['parked_after_srtt'])} srtt, {pe['parked_cause']}); "
+                    f"stall limit 10 srtt + probe interval = {_fmt(limit)} ms")
         series[stack] = bins[:end]
         ctx.say(f"  compound/{stack}: longest gap {longest * 10} ms, after-fault goodput "
                 f"{after / 1e6:.1f} Mbit/s")

@@ -380,7 +380,13 @@ class Worker:
                         continue  # idle during this run
                     conns.append({"peer": c["peer"], "role": c["role"], **d,
                                   **{k: c.get(k) for k in ("srtt", "min_rtt", "cwnd",
-                                                           "parked_planes", "state")}})
+                                                           "parked_planes", "state",
+                                                           "probe_interval")},
+                                  # parks/unparks during this run (absolute times)
+                                  "plane_log": [e for e in c.get("plane_log") or []
+                                                if e[0] >= self.go - 0.001],
+                                  "unreachable_sends": int(c.get("unreachable_sends") or 0)
+                                  - int(b.get("unreachable_sends") or 0)})
                 extra["conns"] = conns
             except Exception as exc:
                 extra["stats_error"] = str(exc)
