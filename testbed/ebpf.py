@@ -42,7 +42,7 @@ QUEUE = struct.Struct("<IIQQQ")
 COUNTERS = ("rx", "sent", "trimmed", "marked", "dropped", "lost", "blackholed", "tx_errors",
             "not_trimmable")
 CNT = struct.Struct(f"<{len(COUNTERS)}Q")
-SETTABLE = ("rate_bps", "buffer", "delay", "loss", "trim", "ecn", "last_hop", "down")
+SETTABLE = ("rate_bps", "buffer", "delay", "loss", "trim", "ecn", "last_hop", "down", "mark")
 #: HTB may send this much ahead (seconds of tokens at the port rate) after its
 #: timer fired late, so a busy machine does not lower the average rate.
 HTB_BURST_S = 0.002
@@ -153,13 +153,15 @@ def port_cfg(settings: dict[str, Any], out_idx: int, slot: int, mtu: int = 1500)
 
     loss = float(settings.get("loss") or 0.0)
     loss_u32 = 0 if loss <= 0 else min(int(loss * 2**32), NO_THRESHOLD)
+    mark = float(settings.get("mark") or 0.0)
+    mark_u32 = 0 if mark <= 0 else min(int(mark * 2**32), NO_THRESHOLD)
     rate = int(settings.get("rate_bps") or 0)
     burst_ns = htb_burst(rate, mtu) * 8 * 10**9 // rate if rate else 0
     return CFG.pack(out_idx, slot, rate,
                     min(int(settings.get("buffer", 256 * 1024)), NO_THRESHOLD - 1),
                     thr(settings.get("trim")), thr(settings.get("ecn")), loss_u32,
                     int(bool(settings.get("last_hop"))), int(bool(settings.get("down"))),
-                    min(burst_ns, NO_THRESHOLD), 0)
+                    min(burst_ns, NO_THRESHOLD), mark_u32)
 
 
 def htb_commands(dev: str, rate_bps: int, mtu: int, replace: bool = False,

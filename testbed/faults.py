@@ -6,7 +6,7 @@ Grammar of one fault (the same in ``braid testbed fault`` and timelines)::
     TARGET := link h3:p1 | link l0-s1:p0 | plane 2 | host h3
             | spine s1 plane 0 | leaf l0 plane 0 | switch sw plane 0
     ACTION := down | up | heal
-            | loss 5% [up|down] | gray up|down [100%]
+            | loss 5% [up|down] | gray up|down [100%] | mark 20% [up|down]
             | delay 2ms [up|down] | rate 10mbit [up|down]
             | reboot 500ms | flap 200ms for 1s
             | unplug | plug                       (host links only)
@@ -21,6 +21,9 @@ on a plain veth it sets the core-side end (switch/spine) administratively down,
 so the other end loses carrier but — like a fabric whose routing has not
 converged — keeps hashing packets onto it. ``up`` undoes it; ``heal`` also
 restores the topology's loss, delay and rate.
+
+``mark`` (eBPF ports only) CE-marks that fraction of the ECT data crossing
+the link at random, whatever its queue (ECN from queue depth goes on too).
 
 ``unplug`` is a link down the *host sees* (carrier loss), next to the silent
 blackhole of ``down``: the far end of the host's veth (the wire namespace's
@@ -140,11 +143,12 @@ def _direction(w: list[str], i: int) -> str:
 
 def _parse_action(w: list[str]) -> tuple[str, tuple[Any, ...]]:
     if not w:
-        raise ValueError("missing action (down, up, heal, loss, gray, delay, rate, reboot, flap)")
+        raise ValueError("missing action (down, up, heal, loss, gray, mark, delay, rate, reboot, "
+                         "flap, unplug, plug)")
     a = w[0]
     if a in ("down", "up", "heal", "blackhole", "unplug", "plug") and len(w) == 1:
         return ("down" if a == "blackhole" else a), ()
-    if a == "loss" and 2 <= len(w) <= 3:
+    if a in ("loss", "mark") and 2 <= len(w) <= 3:
         return a, (parse_ratio(w[1]), _direction(w, 2))
     if a == "gray" and 2 <= len(w) <= 3:
         d = _direction(w, 1)
@@ -221,6 +225,13 @@ def compile_fault(tb: Testbed, f: Fault) -> list[Step]:
     if a == "loss":
         ratio, d = f.args
         return [Step(0, f.text, lambda: set_ports(tb, links, d, {"loss": ratio}))]
+    if a == "mark":
+        ratio, d = f.args
+        not_ebpf = [lk.name for lk in links if tb.element_kind(lk.name) != "ebpf"]
+        if not_ebpf:
+            raise TestbedError(f"fault {f.text!r}: only the eBPF ports mark at random, not "
+                               f"{', '.join(not_ebpf[:4])}")
+        return [Step(0, f.text, lambda: set_ports(tb, links, d, {"mark": ratio}))]
     if a == "gray":
         d, ratio = f.args
         return [Step(0, f.text, lambda: set_ports(tb, links, d, {"loss": ratio}))]
@@ -331,6 +342,7 @@ def heal(tb: Testbed, links: list[LinkSpec]) -> None:
                 changes = {"loss": cfg.loss, "delay": cfg.delay, "rate_bps": cfg.rate_bps}
                 if tb.element_kind(lk.name) == "ebpf":
                     del changes["delay"]  # it has none
+                    changes["mark"] = 0.0
                 set_ports(tb, [lk], d, changes)
 
 

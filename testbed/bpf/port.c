@@ -18,11 +18,12 @@
  * above the buffer; a Braid DATA datagram arriving while the data queue holds
  * more than `trim` bytes is cut to its trim point (wire/SPEC.md) and re-marked
  * TRIMMED / TRIMMED_LAST_HOP; above `buffer` data is dropped; ECT data above
- * `ecn` bytes gets CE. Trimming happens here at ingress, not at clsact
+ * `ecn` bytes gets CE, and so does a random fraction `mark` of ECT data
+ * (a marking fault). Trimming happens here at ingress, not at clsact
  * egress: there HTB would already have charged the full length.
  *
  * Everything is configured from Python through pinned maps (testbed/ebpf.py):
- * no reload for loss, down, rate, thresholds. Build: testbed/bpf/build.sh.
+ * no reload for loss, mark, down, rate, thresholds. Build: testbed/bpf/build.sh.
  */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -63,7 +64,7 @@ struct port_cfg {
 	__u32 last_hop;
 	__u32 down;
 	__u32 burst_ns; /* HTB's burst at the port rate: how far it may run ahead */
-	__u32 pad;
+	__u32 mark;     /* CE-mark probability * 2^32 for ECT data, whatever the queue */
 };
 
 struct port_queue {
@@ -328,6 +329,10 @@ classified:
 
 	if (want_trim && !trim)
 		cnt->not_trimmable++; /* trim point beyond MAX_KEEP: queued whole */
+	/* A marking fault: a fraction of ECT data gets CE as if the queue were
+	 * deep (helpers may not run under the lock, so it is drawn here). */
+	if (!control && !mark && ect && cfg->mark && bpf_get_prandom_u32() < cfg->mark)
+		mark = 1;
 
 	if (trim) {
 		__u8 dscp = cfg->last_hop ? DSCP_TRIMMED_LAST_HOP : DSCP_TRIMMED;

@@ -66,6 +66,20 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
             assert stack in res["per_stack"], (row, stack)
             assert _numbers(res["per_stack"][stack]) > 0, (row, stack, res["per_stack"][stack])
     assert "braid-taildrop" in data["rows"]["incast"]["per_stack"]
+    # issue 13's fault figures: the link-down failover for every stack, when
+    # Braid parked plane 0 (relative to the fault), the stall limit, and the
+    # compound fault with CE marks instead of loss on the survivor (eBPF ports)
+    fo, co = data["rows"]["failover"]["per_stack"], data["rows"]["compound"]["per_stack"]
+    for stack in data["stacks"]:
+        assert _numbers(fo[stack]["link_down"]) > 0, fo[stack]
+        if data["rows"]["compound"]["ce_faults"]:  # the ports are eBPF ones
+            assert _numbers(co[stack]["ce"]) > 0, co[stack]
+    for planes in (fo["braid"]["faulted"]["planes"], fo["braid"]["link_down"]["planes"],
+                   co["braid"]["planes"]):
+        assert {"events", "parked_after_ms", "parked_after_srtt",
+                "probe_interval_ms"} <= set(planes), planes
+        assert planes["probe_interval_ms"] > 0
+    assert co["braid"]["stall_limit_ms"] is None or co["braid"]["stall_limit_ms"] > 0
     assert data["transfers"]
     for t in data["transfers"]:
         assert t["ok"] or t["reason"], t  # byte-exact, or failed with a reason
@@ -75,3 +89,5 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "claims.md").read_text()
     assert "invisibility" in md and data["commit"] in md
+    assert "parked within 5 srtt" in md and "10 srtt + one probe interval" in md
+    assert "carrier loss" in md

@@ -325,9 +325,12 @@ def _fire(steps: list[tuple[float, str, Any]], go: float, fired: list[dict[str, 
             if left <= 0:
                 break
             time.sleep(min(left, 0.02))
+        # t0: when the step started (a carrier fault takes effect inside it),
+        # t: when it returned.
+        t0 = round(time.monotonic() - go, 4)
         try:
             fn()
-            fired.append({"t": round(time.monotonic() - go, 4), "fault": label})
+            fired.append({"t": round(time.monotonic() - go, 4), "t0": t0, "fault": label})
         except Exception as exc:  # reported with the run, never fatal
-            fired.append({"t": round(time.monotonic() - go, 4), "fault": label,
+            fired.append({"t": round(time.monotonic() - go, 4), "t0": t0, "fault": label,
                           "error": str(exc)})

@@ -198,10 +198,10 @@ def _srtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
 
 
 def _fault_time(res: dict[int, dict[str, Any]], words: str, default: float) -> float:
-    """When the fault whose label contains ``words`` really fired (s after go)."""
+    """When the fault whose label contains ``words`` really started (s after go)."""
     fired: list[dict[str, Any]] = next((list(r["fired"]) for r in res.values()
                                         if r.get("fired")), [])
-    return next((float(f["t"]) for f in fired if words in f.get("fault", "")
+    return next((float(f.get("t0", f["t"])) for f in fired if words in f.get("fault", "")
                  and "error" not in f), default)
 
 
@@ -401,42 +401,64 @@ def asymmetric(ctx: Ctx) -> dict[str, Any]:
         "note": "tcp's single connection rides plane 1 (the degraded one)", "per_stack": per}
 
 
-def compound(ctx: Ctx) -> dict[str, Any]:
-    """Plane 0 dies while plane 1 (the survivor) loses 30% of the data one way."""
-    dur, t_fault = ctx.q((1.6, 0.5), (3.0, 1.0))
+#: The compound row's CE variant: this fraction of h0's data on the surviving
+#: plane gets CE at random (the eBPF port's ``mark`` fault).
+CE_MARK = 0.2
+
+
+def _compound_run(ctx: Ctx, stack: str, label: str, faults: list[tuple[float, str]],
+                  dur: float, t_fault: float) -> tuple[dict[str, Any], list[int]]:
     end = int(dur / m.BIN_S)
+    res = stream(ctx, stack, [(0, 3, 0.0, dur, 1)], dur, faults)
+    ok = _record(ctx, "compound", stack, label, res)
+    bins = _bins(res, 3)
+    fb = int(t_fault / m.BIN_S)
+    longest, empty = m.gaps(bins, fb, end)
+    after = sum(bins[fb:end]) * 8 / (max(1, end - fb) * m.BIN_S)
+    out: dict[str, Any] = {
+        "longest_gap_after_fault_ms": longest * 10, "empty_bins_after": empty,
+        "goodput_after_mbps": after / 1e6, "complete": ok, "rtos": _rtos(stack, res),
+        "srtt_ms": _srtt_ms(res),
+        "parked_planes": sorted({p for r in res.values() for c in r.get("conns", [])
+                                 for p in (c.get("parked_planes") or [])})
+        if stack == "braid" else None}
+    if stack == "braid":
+        pe = plane_events(res, _fault_time(res, "plane 0 down", t_fault))
+        srtt = out["srtt_ms"]
+        limit = 10 * srtt + (pe["probe_interval_ms"] or 0.0) if srtt else None
+        out.update({"planes": pe, "stall_limit_ms": limit})
+        ctx.say(f"  compound/braid/{label}: plane 0 parked {_fmt(pe['parked_after_ms'])} ms "
+                f"after the fault ({_fmt(pe['parked_after_srtt'])} srtt, "
+                f"{pe['parked_cause']}); stall limit 10 srtt + probe interval = "
+                f"{_fmt(limit)} ms")
+    ctx.say(f"  compound/{stack}/{label}: longest gap {longest * 10} ms, after-fault goodput "
+            f"{after / 1e6:.1f} Mbit/s")
+    return out, bins[:end]
+
+
+def compound(ctx: Ctx) -> dict[str, Any]:
+    """Plane 0 dies while plane 1 (the survivor) loses 30% of the data one way;
+    on eBPF ports also a variant where the survivor CE-marks ``CE_MARK`` of it
+    instead (``per_stack[stack]["ce"]``)."""
+    dur, t_fault = ctx.q((1.6, 0.5), (3.0, 1.0))
     faults = [(t_fault, "plane 0 down"), (t_fault, "link h0:p1 gray up 30%")]
+    ce_faults = [(t_fault, "plane 0 down"), (t_fault, f"link h0:p1 mark {CE_MARK * 100:g}% up")]
+    with_ce = ctx.fab.tb.element_kind("h0:p1") == "ebpf"
     per: dict[str, Any] = {}
     series: dict[str, Any] = {}
     for stack in ctx.stacks:
         ctx.say(f"  compound/{stack}: plane 0 down + 30% loss h0->p1 at {t_fault:g} s")
-        res = stream(ctx, stack, [(0, 3, 0.0, dur, 1)], dur, faults)
-        ok = _record(ctx, "compound", stack, "compound", res)
-        bins = _bins(res, 3)
-        fb = int(t_fault / m.BIN_S)
-        longest, empty = m.gaps(bins, fb, end)
-        after = sum(bins[fb:end]) * 8 / (max(1, end - fb) * m.BIN_S)
-        per[stack] = {"longest_gap_after_fault_ms": longest * 10, "empty_bins_after": empty,
-                      "goodput_after_mbps": after / 1e6, "complete": ok,
-                      "rtos": _rtos(stack, res), "srtt_ms": _srtt_ms(res),
-                      "parked_planes": sorted({p for r in res.values()
-                                               for c in r.get("conns", [])
-                                               for p in (c.get("parked_planes") or [])})
-                      if stack == "braid" else None}
-        if stack == "braid":
-            pe = plane_events(res, _fault_time(res, "plane 0 down", t_fault))
-            srtt = per[stack]["srtt_ms"]
-            limit = 10 * srtt + (pe["probe_interval_ms"] or 0.0) if srtt else None
-            per[stack].update({"planes": pe, "stall_limit_ms": limit})
-            ctx.say(f"  compound/braid: plane 0 parked {_fmt(pe['parked_after_ms'])} ms after "
-                    f"the fault ({_fmt(pe['parked_after_srtt'])} srtt, {pe['parked_cause']}); "
-                    f"stall limit 10 srtt + probe interval = {_fmt(limit)} ms")
-        series[stack] = bins[:end]
-        ctx.say(f"  compound/{stack}: longest gap {longest * 10} ms, after-fault goodput "
-                f"{after / 1e6:.1f} Mbit/s")
+        per[stack], series[stack] = _compound_run(ctx, stack, "compound", faults, dur, t_fault)
+        if with_ce:
+            ctx.say(f"  compound/{stack}/ce: plane 0 down + {CE_MARK * 100:g}% CE marks "
+                    f"h0->p1 at {t_fault:g} s")
+            per[stack]["ce"], series[f"{stack}/ce"] = _compound_run(
+                ctx, stack, "ce", ce_faults, dur, t_fault)
     return {"duration": dur, "fault_at": t_fault, "faults": [f for _, f in faults],
-            "note": "tcp's connection rides plane 1 (the survivor)", "per_stack": per,
-            "series": series}
+            "ce_faults": [f for _, f in ce_faults] if with_ce else None,
+            "note": "tcp's connection rides plane 1 (the survivor)"
+            + ("" if with_ce else "; no CE variant: only the eBPF ports mark at random"),
+            "per_stack": per, "series": series}
 
 
 def incast(ctx: Ctx) -> dict[str, Any]:
