@@ -178,3 +178,30 @@ def test_rate_fault_reshapes_and_heal_restores(make_testbed: Any) -> None:
         if rx.poll() is None:
             rx.kill()
             rx.wait()
+
+
+def test_mark_fault_ce_marks_a_share_of_ect_data(make_testbed: Any) -> None:
+    tb = make_testbed({"hosts": 2, "planes": 1, "link": {"element": True}})
+
+    def send(tos: str, n: int) -> dict[str, Any]:
+        rx = _recv(tb, "h1", n)
+        try:
+            tb.exec("h0", udptool("send", "--to", tb.address("h1", 0), "--count", str(n),
+                                  "--size", "500", "--tos", tos), check=True,
+                    capture_output=True)
+            return dict(json.loads(rx.communicate(timeout=15)[0])["tos"])
+        finally:
+            if rx.poll() is None:
+                rx.kill()
+                rx.wait()
+
+    tb.fault("link h0:p0 mark 50% up")
+    ect = send("0x2a", 300)  # DSCP DATA + ECT(0)
+    marked = tb.port_stats()["h0:p0/up"]["marked"]
+    assert ect.get(str(0x2B), 0) == marked and 0 < marked < 300, (ect, marked)  # at random
+    assert ect.get(str(0x2A), 0) > 0, ect
+    not_ect = send("0x28", 100)  # not ECN-capable: never marked
+    assert set(not_ect) == {str(0x28)}, not_ect
+    tb.fault("link h0:p0 heal")
+    assert set(send("0x2a", 100)) == {str(0x2A)}  # healed: no marks
+    assert tb.port_stats()["h0:p0/up"]["marked"] == marked
