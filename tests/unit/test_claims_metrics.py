@@ -88,3 +88,27 @@ def test_a_partial_run_never_overwrites_the_matrix_section() -> None:
     assert section_name([*DEFAULT_ROWS, "gaps"]) == "claims"
     assert section_name(["gaps"]) == "claims-gaps"
     assert section_name(["failover", "invisibility"]) == "claims-failover-invisibility"
+
+
+def test_plane_events_time_the_park_from_the_fault() -> None:
+    from tools.claims.rows import plane_events
+
+    go = 100.0
+    log = [[go + 0.5, 0, "parked", 0.001, "silence"],   # before the fault: a false park
+           [go + 0.5005, 0, "up", 0.001, "probe"],
+           [go + 1.0061, 1, "parked", 0.002, "silence"],  # not the plane asked about
+           [go + 1.008, 0, "parked", 0.002, "local"],
+           [go + 1.5, 0, "up", 0.002, "probe"]]
+    res = {0: {"go": go, "conns": [{"peer": "h3", "plane_log": log, "probe_interval": 0.004,
+                                   "unreachable_sends": 7}]},
+           3: {"go": go, "conns": [{"peer": "h0", "plane_log": [[go + 1.02, 0, "parked",
+                                                                 0.002, "silence"]]}]}}
+    pe = plane_events(res, (1.0, 1.002))
+    assert pe["parked_after_ms"] == pytest.approx(6.0)  # from the fault step's end
+    assert pe["parked_after_srtt"] == pytest.approx(3.0)
+    assert pe["parked_cause"] == "local" and pe["unreachable_sends"] == 7
+    assert pe["probe_interval_ms"] == pytest.approx(4.0)
+    assert [e["host"] for e in pe["events"]].count("h3") == 1
+    # a park while the fault's step was still running counts as 0 ms
+    assert plane_events(res, (1.005, 1.010))["parked_after_ms"] == 0.0
+    assert plane_events(res, (1.6, 1.6))["parked_after_ms"] is None  # never parked after

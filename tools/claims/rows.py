@@ -197,20 +197,29 @@ def _srtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
     return statistics.median(vals) * 1000 if vals else None
 
 
-def _fault_time(res: dict[int, dict[str, Any]], words: str, default: float) -> float:
-    """When the fault whose label contains ``words`` really started (s after go)."""
+def _fault_time(res: dict[int, dict[str, Any]], words: str, default: float
+                ) -> tuple[float, float]:
+    """When the fault whose label contains ``words`` was in place (s after go):
+    (its step's start, its end). The eBPF ports' map updates and the unplug's
+    link change are the last things a step does, so the end is when the
+    plane went silent, within the step's own bookkeeping (< 1 ms)."""
     fired: list[dict[str, Any]] = next((list(r["fired"]) for r in res.values()
                                         if r.get("fired")), [])
-    return next((float(f.get("t0", f["t"])) for f in fired if words in f.get("fault", "")
-                 and "error" not in f), default)
+    f = next((f for f in fired if words in f.get("fault", "") and "error" not in f), None)
+    if f is None:
+        return default, default
+    return float(f.get("t0", f["t"])), float(f["t"])
 
 
-def plane_events(res: dict[int, dict[str, Any]], t_fault: float, plane: int = 0,
+def plane_events(res: dict[int, dict[str, Any]], fault: tuple[float, float], plane: int = 0,
                  sender: int = 0) -> dict[str, Any]:
     """When Braid parked (and unparked) planes during a run, relative to the
     fault (from each connection's ``plane_log`` in the daemon's stats), and
     the sending host's first park of ``plane`` after the fault: in ms and in
-    the connection's smoothed RTTs at that moment."""
+    the connection's smoothed RTTs at that moment. ``fault`` is (start, end)
+    of the fault's step; times count from its end, a park during the step
+    counts as 0 ms."""
+    t_start, t_fault = fault
     go = next((r["go"] for r in res.values() if r.get("go")), 0.0)
     events = []
     for h, r in sorted(res.items()):
@@ -221,14 +230,16 @@ def plane_events(res: dict[int, dict[str, Any]], t_fault: float, plane: int = 0,
                                "after_fault_ms": round((t - go - t_fault) * 1000, 2),
                                "srtt_ms": round(srtt * 1000, 3)})
     events.sort(key=lambda e: e["after_fault_ms"])
+    step_ms = (t_fault - t_start) * 1000
     first = next((e for e in events if e["host"] == f"h{sender}" and e["plane"] == plane
-                  and e["what"] == "parked" and e["after_fault_ms"] >= 0), None)
+                  and e["what"] == "parked" and e["after_fault_ms"] >= -step_ms), None)
+    after = max(0.0, first["after_fault_ms"]) if first else None
     probe = [c.get("probe_interval") for c in res.get(sender, {}).get("conns", [])
              if isinstance(c.get("probe_interval"), int | float)]
-    return {"events": events[:32],
-            "parked_after_ms": first["after_fault_ms"] if first else None,
-            "parked_after_srtt": first["after_fault_ms"] / first["srtt_ms"]
-            if first and first["srtt_ms"] else None,
+    return {"events": events[:32], "fault_step_ms": round(step_ms, 2),
+            "parked_after_ms": after,
+            "parked_after_srtt": after / first["srtt_ms"]
+            if first and after is not None and first["srtt_ms"] else None,
             "parked_cause": first["cause"] if first else None,
             "probe_interval_ms": max(probe) * 1000 if probe else None,
             "unreachable_sends": sum(int(c.get("unreachable_sends") or 0)
