@@ -809,7 +809,7 @@ class Connection:
             "parked_planes": self.paths.parked_planes(),
             # When planes were parked and came back (time on the connection's
             # clock, plane, "parked" | "up", srtt then, cause): the newest 64.
-            "plane_log": [list(e) for e in self.paths.ev_set.plane_log[-64:]],
+            "plane_log": [list(e) for e in list(self.paths.ev_set.plane_log)[-64:]],
             "probe_interval": self.paths.ev_set.probe_initial,
             "unreachable_sends": self.unreachable_sends,
             "lost_unreachable": s.lost_unreachable,

@@ -269,11 +269,11 @@ class EvSet:
         #: first (bounded): what benchmarks measure liveness with.
         self.park_log: list[tuple[float, int, float]] = []
         #: Every park and unpark as (time, plane, "parked" | "up", smoothed
-        #: RTT then, cause), oldest first (bounded): what the daemon's stats
+        #: RTT then, cause), the newest 256: what the daemon's stats
         #: report, so a benchmark can tell *when* a plane was parked. Causes:
         #: "silence" / "bad_evs" (the evidence rules), "local" (the host's own
         #: send failed: no route, link down), "probe" (a probe was answered).
-        self.plane_log: list[tuple[float, int, str, float, str]] = []
+        self.plane_log: deque[tuple[float, int, str, float, str]] = deque(maxlen=256)
         #: The connection's smoothed RTT (``set_rtt``; base_rtt until then).
         self.srtt = base_rtt
         self._ack_delay = 0.0
@@ -621,8 +621,7 @@ class EvSet:
         return True
 
     def _log_plane(self, now: float, plane: int, what: str, cause: str) -> None:
-        if len(self.plane_log) < 4096:
-            self.plane_log.append((now, plane, what, self.srtt, cause))
+        self.plane_log.append((now, plane, what, self.srtt, cause))
 
     def _park(self, plane: _Plane, now: float, cause: str = "silence") -> None:
         plane.state = PlaneState.PARKED
