@@ -365,6 +365,33 @@ def compound(ctx: Ctx) -> dict[str, Any]:
             "series": series}
 
 
+def _ratio(x: float | None, ideal: float) -> float | None:
+    return None if x is None else x / ideal
+
+
+def _port_counts(ctx: Ctx) -> dict[str, dict[str, int]]:
+    try:
+        st = ctx.fab.tb.port_stats()
+    except Exception:  # counters are a diagnosis, never a reason to fail the row
+        return {}
+    return {p: {k: int(v.get(k, 0) or 0) for k in ("trimmed", "dropped", "marked")}
+            for p, v in st.items()}
+
+
+def _port_delta(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]
+                ) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for p, v in b.items():
+        d = {k: n - a.get(p, {}).get(k, 0) for k, n in v.items()}
+        if any(d.values()):
+            out[p] = d
+    return out
+
+
+def _to_ms(x: float | None) -> float | None:
+    return None if x is None else x * 1000
+
+
 def incast(ctx: Ctx) -> dict[str, Any]:
     """N senders -> h0 in synchronised bursts, with a victim flow into h1
     (same leaf); Braid with trimming and with tail-drop."""
@@ -408,7 +435,9 @@ def incast(ctx: Ctx) -> dict[str, Any]:
                             "accept": [] if stack.startswith("braid")
                             else [j for j in peers if j < h]}
             specs.update(specs_stream)
+            ports0 = _port_counts(ctx)
             res = ctx.fab.run(_stack_name(stack), specs, None, timeout=dur + 70)
+            ports = _port_delta(ports0, _port_counts(ctx))
         finally:
             if stack == "braid-taildrop":
                 ctx.fab.heal_all()
@@ -416,15 +445,45 @@ def incast(ctx: Ctx) -> dict[str, Any]:
         st = _steps(res, [0])
         ideal = len(senders) * size * 8 / eff_cap
         v1 = sum(_bins(res, victim[1])[first:end])
+        ph = m.burst_phases(res.get(0, {}).get("done", []),
+                            {h: res[h].get("starts", []) for h in senders if h in res},
+                            next((r["go"] for r in res.values() if r.get("go")), 0.0))
         per[stack] = {"bursts": len(st), "completion_p50_over_ideal":
                       (m.percentile(st, 50) or 0) / ideal if st else None,
                       "completion_p100_over_ideal": (m.percentile(st, 100) or 0) / ideal
                       if st else None, "ideal_ms": ideal * 1000,
                       "rtos": _rtos(stack, res, senders),
-                      "victim_ratio": v1 / v0 if v0 else None, "complete": ok}
-        ctx.say(f"  incast/{stack}: completion p100/ideal "
-                f"{_fmt(per[stack]['completion_p100_over_ideal'])}, RTOs {per[stack]['rtos']}, "
-                f"victim {_fmt(per[stack]['victim_ratio'])}")
+                      "victim_ratio": v1 / v0 if v0 else None, "complete": ok,
+                      # The step time split at the first sender's start (see
+                      # metrics.burst_phases): the data phase is what the
+                      # transport controls; the release is the application's
+                      # turnaround, the same for every stack.
+                      "data_p50_over_ideal": _ratio(m.percentile(ph["data"], 50), ideal),
+                      "data_p100_over_ideal": _ratio(m.percentile(ph["data"], 100), ideal),
+                      "release_p50_ms": _to_ms(m.percentile(ph["release"], 50)),
+                      "release_p100_ms": _to_ms(m.percentile(ph["release"], 100)),
+                      "start_spread_p100_ms": _to_ms(m.percentile(ph["spread"], 100)),
+                      "bursts_ms": [round(x * 1000, 2) for x in st],
+                      "data_ms": [round(x * 1000, 2) for x in ph["data"]],
+                      "release_ms": [round(x * 1000, 2) for x in ph["release"]],
+                      "senders": {k: _braid_stat(res, k, senders) for k in
+                                  ("packets_sent", "nacks_received", "retransmissions",
+                                   "lost_by_rto", "probes_sent", "spurious_losses")}
+                      if stack.startswith("braid") else None,
+                      "victim": {k: _braid_stat(res, k, [victim[0]]) for k in
+                                 ("packets_sent", "nacks_received", "retransmissions",
+                                  "lost_by_rto", "rtos")}
+                      if stack.startswith("braid") else None,
+                      # Switch-port counters over the run (trims, drops, ECN marks)
+                      # by port, e.g. 'h0:p1/down' (the last hop into h0).
+                      "ports": ports}
+        ctx.say(f"  incast/{stack}: completion p50/p100 over ideal "
+                f"{_fmt(per[stack]['completion_p50_over_ideal'])}/"
+                f"{_fmt(per[stack]['completion_p100_over_ideal'])} (data phase "
+                f"{_fmt(per[stack]['data_p50_over_ideal'])}/"
+                f"{_fmt(per[stack]['data_p100_over_ideal'])}, release p50/p100 "
+                f"{_fmt(per[stack]['release_p50_ms'])}/{_fmt(per[stack]['release_p100_ms'])} ms), "
+                f"RTOs {per[stack]['rtos']}, victim {_fmt(per[stack]['victim_ratio'])}")
     return {"senders": len(senders), "size": size, "duration": dur,
             "receiver_capacity_mbps": recv_cap / 1e6, "per_stack": per}
 

@@ -270,6 +270,7 @@ class Worker:
         deadline = stop_at + float(self.spec.get("grace", 20))
         max_steps = int(self.spec.get("max_steps", 100000))
         done: list[float] = []
+        starts: list[float] = []  # incast senders: when each burst was handed to the stack
         pending: deque[Any] = deque()
         others = [h for h in group if h != self.me]
         pos = group.index(self.me)
@@ -284,6 +285,7 @@ class Worker:
                         pending.append(await self.send(
                             dst, self.message(step, 1, LAST if last else 0, 16), deadline))
                 else:
+                    starts.append(time.monotonic())
                     pending.append(await self.send(root, self.message(step, 0, 0, self.size),
                                                    deadline))
                     ok = await self.wait_for((step, 1), {root}, deadline)
@@ -317,7 +319,7 @@ class Worker:
                 break
         while pending:
             await self._settle(pending.popleft(), deadline)
-        return {"done": done}
+        return {"done": done, "starts": starts}
 
     async def _settle(self, fut: Any, deadline: float) -> None:
         if fut is None:
