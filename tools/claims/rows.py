@@ -12,7 +12,9 @@ frame (Braid 1368 of 1494 bytes on IPv4; TCP 1448 of 1514).
 
 from __future__ import annotations
 
+import os
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -388,6 +390,20 @@ def _port_delta(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]
     return out
 
 
+def _daemon_cpu(ctx: Ctx) -> dict[int, float]:
+    """CPU seconds (user + system) each Braid daemon has used so far."""
+    out: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for h, proc in ctx.fab.daemons.items():
+        try:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        out[h] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def _to_ms(x: float | None) -> float | None:
     return None if x is None else x * 1000
 
@@ -435,9 +451,12 @@ def incast(ctx: Ctx) -> dict[str, Any]:
                             "accept": [] if stack.startswith("braid")
                             else [j for j in peers if j < h]}
             specs.update(specs_stream)
-            ports0 = _port_counts(ctx)
+            ports0, cpu0, t0 = _port_counts(ctx), _daemon_cpu(ctx), time.monotonic()
             res = ctx.fab.run(_stack_name(stack), specs, None, timeout=dur + 70)
             ports = _port_delta(ports0, _port_counts(ctx))
+            wall = time.monotonic() - t0
+            cpu = {h: round((c - cpu0.get(h, 0.0)) / wall, 3)
+                   for h, c in _daemon_cpu(ctx).items()}
         finally:
             if stack == "braid-taildrop":
                 ctx.fab.heal_all()
@@ -476,7 +495,11 @@ def incast(ctx: Ctx) -> dict[str, Any]:
                       if stack.startswith("braid") else None,
                       # Switch-port counters over the run (trims, drops, ECN marks)
                       # by port, e.g. 'h0:p1/down' (the last hop into h0).
-                      "ports": ports}
+                      "ports": ports,
+                      # Braid daemons' CPU (user + system seconds per wall second of
+                      # the run, set-up included): 1.0 is a whole core, the machine has 2.
+                      "daemon_cpu": {f"h{h}": c for h, c in cpu.items() if c >= 0.01}
+                      if stack.startswith("braid") else None}
         ctx.say(f"  incast/{stack}: completion p50/p100 over ideal "
                 f"{_fmt(per[stack]['completion_p50_over_ideal'])}/"
                 f"{_fmt(per[stack]['completion_p100_over_ideal'])} (data phase "
