@@ -273,7 +273,7 @@ def scenario_app_limited(*, client: Client = "paced", loss: float = 0.01,
 
 def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: int = 12,
                            turnaround: float = 1e-3, trim: bool = True, seed: int = 24,
-                           **cfg_kw: Any) -> dict[str, Any]:
+                           jitter: float = 0.0, **cfg_kw: Any) -> dict[str, Any]:
     """The claims bench's incast row in virtual time: ``senders`` hosts send
     ``size`` bytes each to one receiver in synchronised bursts; the receiver
     releases the next burst ``turnaround`` s after it holds the whole burst
@@ -281,6 +281,8 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
     planes of 2 spines, the claims fabric's ports: last hop trims above 32 KB
     (``trim`` False: tail drop at 256 KB), spine ports mark ECN above 16 KB.
     Connections as the daemon configures them (``cfg_kw`` overrides).
+    ``jitter``: every host's sends are delayed by [0, jitter) s, in order (a
+    busy event loop, as in ``scenario_jitter``; the receiver's SACKs and NACKs too).
     Each burst's completion is measured from its release to the receiver
     holding all of it, against N x size at both planes' payload rate."""
     up = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10)
@@ -290,6 +292,10 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
     hosts = (*(f"a{i}" for i in range(senders)), "r")
     fab = make_fabric(planes=2, spines=2, rate=PLANE_RATE, uplink=up, spine=sp, downlink=dn,
                       seed=seed, hosts=hosts)
+    if jitter:
+        for h in hosts:
+            for p in range(2):
+                fab.link("uplink", h, p).jitter = jitter
     cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed, **cfg_kw)
     sim = Simulator(fab)
     pairs = [connect_pair(sim, f"a{i}", "r", config=replace(cfg, seed=seed * 100 + i),
@@ -300,6 +306,7 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
     payload = bytes(size)
     releases: list[float] = []
     ends: list[float] = []
+    firsts: list[float] = []
     got = [0] * senders
 
     def release() -> None:
@@ -313,6 +320,8 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
         if not isinstance(ev, MessageDelivered):
             return
         got[[b for _, b in pairs].index(peer)] += 1
+        if len(firsts) < len(releases):
+            firsts.append(now)  # the first sender's message of this burst is whole
         if all(got) and len(ends) < len(releases):
             ends.append(now)
             if len(releases) < bursts:
@@ -346,6 +355,7 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
         "trims": sum(ln.trimmed for ln in fab.links()),
         "marks": sum(ln.marked for ln in fab.links()),
         "drops": sum(ln.drop_buffer for ln in fab.links()),
+        "first_done": [(f - r) / ideal for r, f in zip(releases, firsts, strict=False)],
         "trims_first_10ms": sum(1 for t in trims_at if t < 10e-3),
         "trims_last_half": sum(1 for t in trims_at if t > ideal / 2),
     }

@@ -487,11 +487,14 @@ def incast(ctx: Ctx) -> dict[str, Any]:
                       "release_ms": [round(x * 1000, 2) for x in ph["release"]],
                       "senders": {k: _braid_stat(res, k, senders) for k in
                                   ("packets_sent", "nacks_received", "retransmissions",
-                                   "lost_by_rto", "probes_sent", "spurious_losses")}
+                                   "lost_by_rto", "probes_sent", "spurious_losses", "cc_md",
+                                   "cc_quick_adapt", "cc_delay_is_mark")}
                       if stack.startswith("braid") else None,
                       "victim": {k: _braid_stat(res, k, [victim[0]]) for k in
                                  ("packets_sent", "nacks_received", "retransmissions",
-                                  "lost_by_rto", "rtos")}
+                                  "lost_by_rto", "rtos", "spurious_losses", "cc_md",
+                                  "cc_quick_adapt", "cc_delay_is_mark", "cc_fair_inc",
+                                  "cc_proportional_inc")}
                       if stack.startswith("braid") else None,
                       # Switch-port counters over the run (trims, drops, ECN marks)
                       # by port, e.g. 'h0:p1/down' (the last hop into h0).

@@ -365,7 +365,7 @@ class Worker:
         """The local daemon's connections by local cid (Braid only)."""
         st = await asyncio.wait_for(self.client.stats(), 5)
         return {int(c["stats"]["local_cid"]): {"peer": c.get("peer"), "role": c.get("role"),
-                                               **c["stats"]}
+                                               "cc": c.get("cc") or {}, **c["stats"]}
                 for c in st.get("connections", [])}
 
     async def close(self) -> dict[str, Any]:
@@ -377,9 +377,14 @@ class Worker:
                 conns = []
                 for cid, c in now.items():
                     b = self.base_stats.get(cid, {})
-                    d = {k: int(c.get(k) or 0) - int(b.get(k) or 0) for k in COUNTERS}
+                    d: dict[str, float] = {k: int(c.get(k) or 0) - int(b.get(k) or 0)
+                                           for k in COUNTERS}
                     if not any(d.values()):
                         continue  # idle during this run
+                    bcc, cc = b.get("cc") or {}, c.get("cc") or {}
+                    d.update({f"cc_{k}": float(cc.get(k) or 0) - float(bcc.get(k) or 0)
+                              for k in CC_COUNTERS})
+                    d["cc_delay_is_mark"] = float(cc.get("delay_is_mark") or 0)
                     conns.append({"peer": c["peer"], "role": c["role"], **d,
                                   **{k: c.get(k) for k in ("srtt", "min_rtt", "cwnd",
                                                            "parked_planes", "state")}})
@@ -395,6 +400,8 @@ class Worker:
 #: Braid connection counters reported per run (differences over the run).
 COUNTERS = ("packets_sent", "retransmissions", "rtos", "nacks_received", "probes_sent",
             "bytes_acked", "bytes_received", "lost_by_rto", "spurious_losses")
+#: NSCC's decision counters, also differences (``cc_`` in the report).
+CC_COUNTERS = ("md", "quick_adapt", "fair_inc", "proportional_inc", "fast_inc", "timeouts")
 
 
 async def amain(spec: dict[str, Any]) -> dict[str, Any]:
