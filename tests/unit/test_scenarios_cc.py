@@ -103,3 +103,19 @@ def test_loss_as_mark_deviation_on_a_non_marking_incast() -> None:
     assert on["drop_fraction"] <= 0.015, on
     assert off["drop_fraction"] > 10 * on["drop_fraction"], (on, off)
     assert on["srtt_mean"] / on["srtt_limit"] < off["srtt_mean"] / off["srtt_limit"]
+
+
+@pytest.mark.parametrize(("jitter", "p100_limit"), [(0.0, 1.05), (3e-3, 1.25)])
+def test_incast_bursts_of_the_claims_row(jitter: float, p100_limit: float) -> None:
+    # The claims bench's incast row in virtual time (issue 13): 8 x 256 KiB
+    # synchronised bursts into one host over two trimming 100 Mbit/s planes,
+    # daemon connection config. ``jitter`` is a busy host's event loop (every
+    # host's sends late by 0-3 ms): the real row's 1.2 x ideal. Before spray
+    # runs were cut at the end of a burst (transport/paths.py), a run of 8
+    # carried over several ACKs pinned a small window to one plane, one last
+    # hop idled while the other trimmed: p100 1.057 without jitter, 1.357
+    # with (now 1.035 and 1.207).
+    r = C.scenario_incast_bursts(bursts=6, jitter=jitter)
+    assert not r["failed"] and r["bursts"] == 6, r
+    assert r["rtos"] == 0, r
+    assert r["p100"] <= p100_limit, r
