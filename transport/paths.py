@@ -150,6 +150,7 @@ class PathPolicy:
         self.spray_run = spray_run
         self._run_ev: Ev | None = None
         self._run_left = 0
+        self._run_at = -1.0  # when the run began: it never outlives one burst
 
     def _pick(self, now: float, avoid: Ev | None) -> Ev | None:
         raise NotImplementedError
@@ -157,7 +158,7 @@ class PathPolicy:
     def next_ev(self, now: float, avoid: Ev | None = None) -> Ev | None:
         """The EV of the next packet. ``avoid`` marks a retransmission: it is
         never part of a run (it must leave the EV it was lost on)."""
-        if avoid is None and self._run_left:
+        if avoid is None and self._run_left and now == self._run_at:
             ev = self._run_ev
             if ev is not None and ev.state is GOOD:
                 self._run_left -= 1
@@ -170,8 +171,15 @@ class PathPolicy:
             ev.sent += 1
             ev.last_sent = now
             if avoid is None and self.spray_run > 1:
+                # A run exists to be one GSO send: only packets leaving
+                # together (one ``now``) can share it. Carried over to the
+                # packets an ACK clock releases one or two at a time, it only
+                # pins a small window to one plane for RTTs on end (issue 13:
+                # in the 8-to-1 incast one plane's port sat empty while the
+                # other trimmed).
                 self._run_ev = ev
                 self._run_left = self.spray_run - 1
+                self._run_at = now
         return ev
 
     @property

@@ -18,6 +18,7 @@ Shared by tests/unit/test_scenarios.py and ``braid bench sim``.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import replace
@@ -35,7 +36,7 @@ from testbed.sim.scenarios import (
     payload_fraction,
 )
 from transport.daemon import HOST_CONNECTION_DEFAULTS
-from transport.events import Event, MessageAcked
+from transport.events import Event, MessageAcked, MessageDelivered
 
 Client = Literal["serial", "pipelined", "paced"]
 #: Rate of one testbed plane (100 Mbit/s, examples/*.toml), bytes/s.
@@ -268,3 +269,93 @@ def scenario_app_limited(*, client: Client = "paced", loss: float = 0.01,
     return run_client(fab, cfg, client=client, duration=duration, msg_size=msg_size,
                       offered=offered_fraction * cap if client == "paced" else None,
                       setup=setup if dark > 0 else None)
+
+
+def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: int = 12,
+                           turnaround: float = 1e-3, trim: bool = True, seed: int = 24,
+                           jitter: float = 0.0, **cfg_kw: Any) -> dict[str, Any]:
+    """The claims bench's incast row in virtual time: ``senders`` hosts send
+    ``size`` bytes each to one receiver in synchronised bursts; the receiver
+    releases the next burst ``turnaround`` s after it holds the whole burst
+    (the release's flight and the application's reaction). Two 100 Mbit/s
+    planes of 2 spines, the claims fabric's ports: last hop trims above 32 KB
+    (``trim`` False: tail drop at 256 KB), spine ports mark ECN above 16 KB.
+    Connections as the daemon configures them (``cfg_kw`` overrides).
+    ``jitter``: every host's sends are delayed by [0, jitter) s, in order (a
+    busy event loop, as in ``scenario_jitter``; the receiver's SACKs and NACKs too).
+    Each burst's completion is measured from its release to the receiver
+    holding all of it, against N x size at both planes' payload rate."""
+    up = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10)
+    sp = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
+    dn = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10,
+                  trim_threshold=(32 << 10) if trim else None)
+    hosts = (*(f"a{i}" for i in range(senders)), "r")
+    fab = make_fabric(planes=2, spines=2, rate=PLANE_RATE, uplink=up, spine=sp, downlink=dn,
+                      seed=seed, hosts=hosts)
+    if jitter:
+        for h in hosts:
+            for p in range(2):
+                fab.link("uplink", h, p).jitter = jitter
+    cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed, **cfg_kw)
+    sim = Simulator(fab)
+    pairs = [connect_pair(sim, f"a{i}", "r", config=replace(cfg, seed=seed * 100 + i),
+                          cids=(10 + i, 100 + i)) for i in range(senders)]
+    for _, b in pairs:
+        b.keep_data = False
+    _establish(sim, *[p for pair in pairs for p in pair], limit=0.5)
+    payload = bytes(size)
+    releases: list[float] = []
+    ends: list[float] = []
+    firsts: list[float] = []
+    got = [0] * senders
+
+    def release() -> None:
+        releases.append(sim.now)
+        for i, (a, _) in enumerate(pairs):
+            got[i] = 0
+            a.conn.send_message(payload)
+            sim.wake(a)
+
+    def on_delivered(peer: Peer, ev: Event, now: float) -> None:
+        if not isinstance(ev, MessageDelivered):
+            return
+        got[[b for _, b in pairs].index(peer)] += 1
+        if len(firsts) < len(releases):
+            firsts.append(now)  # the first sender's message of this burst is whole
+        if all(got) and len(ends) < len(releases):
+            ends.append(now)
+            if len(releases) < bursts:
+                sim.at(now + turnaround, release)
+
+    for _, b in pairs:
+        b.on_event = on_delivered
+    trims_at: list[float] = []  # trim times, seconds after the burst's release
+
+    def trace(kind: str, now: float, *_: Any) -> None:
+        if kind == "trimmed" and releases:
+            trims_at.append(now - releases[-1])
+
+    sim.trace = trace
+    sim.at(sim.now + 1e-3, release)
+    sim.run(until=sim.now + 2.0 * bursts, done=lambda: len(ends) >= bursts,
+            max_events=50_000_000)
+    ideal = senders * size / (2 * PLANE_RATE * payload_fraction(cfg.payload_size))
+    ratios = [(e - r) / ideal for r, e in zip(releases, ends, strict=False)]
+    snd = [a.conn.sender for a, _ in pairs]
+    return {
+        "bursts": len(ends),
+        "failed": [a.failed for a, _ in pairs if a.failed],
+        "ideal": ideal,
+        "ratios": ratios,
+        "p50": statistics.median(ratios) if ratios else math.inf,
+        "p100": max(ratios, default=math.inf),
+        "rtos": sum(s.rto_events for s in snd),
+        "nacks": sum(s.nacks for s in snd),
+        "retransmissions": sum(s.retransmissions for s in snd),
+        "trims": sum(ln.trimmed for ln in fab.links()),
+        "marks": sum(ln.marked for ln in fab.links()),
+        "drops": sum(ln.drop_buffer for ln in fab.links()),
+        "first_done": [(f - r) / ideal for r, f in zip(releases, firsts, strict=False)],
+        "trims_first_10ms": sum(1 for t in trims_at if t < 10e-3),
+        "trims_last_half": sum(1 for t in trims_at if t > ideal / 2),
+    }

@@ -112,3 +112,14 @@ def test_plane_events_time_the_park_from_the_fault() -> None:
     # a park while the fault's step was still running counts as 0 ms
     assert plane_events(res, (1.005, 1.010))["parked_after_ms"] == 0.0
     assert plane_events(res, (1.6, 1.6))["parked_after_ms"] is None  # never parked after
+
+
+def test_burst_phases_split_each_step_at_the_first_senders_start() -> None:
+    # Receiver done at 10.1 and 10.25; senders started bursts at these times.
+    done = [10.1, 10.25, 10.4]
+    starts = {2: [10.0, 10.13], 3: [10.02, 10.11]}  # burst 2 never started
+    ph = m.burst_phases(done, starts, go=9.99)
+    assert ph["release"] == pytest.approx([0.01, 0.01])
+    assert ph["data"] == pytest.approx([0.1, 0.14])
+    assert ph["spread"] == pytest.approx([0.02, 0.02])
+    assert m.burst_phases(done, {}, go=9.99) == {"release": [], "data": [], "spread": []}

@@ -409,6 +409,20 @@ def test_spray_run_retransmission_leaves_the_run_and_a_bad_ev_ends_it() -> None:
     assert nxt is not None and nxt is not first  # the run ends with the EV's health
 
 
+def test_spray_run_never_outlives_one_burst() -> None:
+    # A run is one GSO send: packets released later (an ACK clock frees one
+    # or two) start a new run on the next EV of the rotation. Before, a run
+    # of 8 spread over 4 ACKs kept a small window on one plane for RTTs: in
+    # the 8-to-1 incast one plane's last hop sat empty while the other trimmed.
+    p = SprayPolicy(planes=2, evs_per_plane=8, seed=3, spray_run=8)
+    first = p.next_ev(0.0)
+    assert first is not None and p.next_ev(0.0) is first  # same burst: same run
+    later = [p.next_ev(1e-3 * (i + 1)) for i in range(4)]  # one packet per ACK
+    assert all(ev is not None and ev is not first for ev in later)
+    assert len({ev.index for ev in later if ev is not None}) == 4
+    assert {ev.plane for ev in later if ev is not None} == {0, 1}
+
+
 def test_spray_run_one_is_per_packet_spraying() -> None:
     a = SprayPolicy(planes=2, evs_per_plane=8, seed=3)
     b = SprayPolicy(planes=2, evs_per_plane=8, seed=3, spray_run=1)

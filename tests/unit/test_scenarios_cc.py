@@ -103,3 +103,38 @@ def test_loss_as_mark_deviation_on_a_non_marking_incast() -> None:
     assert on["drop_fraction"] <= 0.015, on
     assert off["drop_fraction"] > 10 * on["drop_fraction"], (on, off)
     assert on["srtt_mean"] / on["srtt_limit"] < off["srtt_mean"] / off["srtt_limit"]
+
+
+@pytest.mark.parametrize(("jitter", "p100_limit"), [(0.0, 1.05), (3e-3, 1.25)])
+def test_incast_bursts_of_the_claims_row(jitter: float, p100_limit: float) -> None:
+    # The claims bench's incast row in virtual time (issue 13): 8 x 256 KiB
+    # synchronised bursts into one host over two trimming 100 Mbit/s planes,
+    # daemon connection config. ``jitter`` is a busy host's event loop (every
+    # host's sends late by 0-3 ms): the real row's 1.2 x ideal. Before spray
+    # runs were cut at the end of a burst (transport/paths.py), a run of 8
+    # carried over several ACKs pinned a small window to one plane, one last
+    # hop idled while the other trimmed: p100 1.057 without jitter, 1.357
+    # with (now 1.035 and 1.207).
+    r = C.scenario_incast_bursts(bursts=6, jitter=jitter)
+    assert not r["failed"] and r["bursts"] == 6, r
+    assert r["rtos"] == 0, r
+    assert r["p100"] <= p100_limit, r
+
+
+@pytest.mark.xfail(strict=True, reason="issue 13, open: deviation 1 (delay as the mark after "
+                   "a congestive-looking loss) reads a busy host's scheduling delay as a queue")
+def test_busy_host_with_random_loss_keeps_its_stream() -> None:
+    # The claims incast's victim stream, in virtual time: a pipelined stream
+    # on an idle fabric, its host's sends 0-8 ms late (a loaded event loop,
+    # the victim's srtt was 8.8 ms during the incast), 0.1% random loss on the
+    # planes (not congestion). A loss with that "queueing" behind it makes
+    # delay above target the mark, and every RTT cuts the window: 0.04 of
+    # capacity (229 MDs in 2 s) against 0.78 without the loss. In the real
+    # row the victim alone ran 320-473 MDs in 4 s with the deviation on, and
+    # its ratio split by whether an ECN mark (leaf uplinks) switched it off:
+    # 0.08-0.50 with it on, 0.61-1.38 off (7 sittings, docs/claims.md).
+    fab = C.testbed_fabric(jitter=8e-3, loss=0.001, seed=21)
+    cfg = C.host_config(fab, plane_rate=C.PLANE_RATE, seed=21)
+    r = C.run_client(fab, cfg, client="pipelined", duration=2.0)
+    assert not r["failed"], r
+    assert r["goodput_over_capacity"] >= 0.5, r

@@ -143,3 +143,28 @@ def time_to_share(flow: Sequence[int], start_bin: int, share_bytes_per_window: f
         if w[i] >= share_bytes_per_window:
             return i + WINDOW_BINS - start_bin  # the window's end is when it got there
     return None
+
+
+def burst_phases(done: Sequence[float], starts: dict[int, Sequence[float]], go: float
+                 ) -> dict[str, list[float]]:
+    """Split each incast burst's step time at the moment its data began.
+
+    ``done``: when the receiver held burst k whole; ``starts``: per sender,
+    when it handed burst k to its stack. ``release``: from the end of burst
+    k-1 (``go`` for the first) to the first sender's start of burst k (the
+    release message's flight through both stacks and applications);
+    ``data``: from that start to the burst's end (what the transport takes to
+    carry N x S); ``spread``: first to last sender's start. Only bursts every
+    sender started and the receiver finished count.
+    """
+    n = min([len(done), *(len(v) for v in starts.values())]) if starts else 0
+    out: dict[str, list[float]] = {"release": [], "data": [], "spread": []}
+    prev = go
+    for k in range(n):
+        first = min(v[k] for v in starts.values())
+        last = max(v[k] for v in starts.values())
+        out["release"].append(first - prev)
+        out["data"].append(done[k] - first)
+        out["spread"].append(last - first)
+        prev = done[k]
+    return out

@@ -12,7 +12,9 @@ frame (Braid 1368 of 1494 bytes on IPv4; TCP 1448 of 1514).
 
 from __future__ import annotations
 
+import os
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -472,6 +474,47 @@ def compound(ctx: Ctx) -> dict[str, Any]:
             "per_stack": per, "series": series}
 
 
+def _ratio(x: float | None, ideal: float) -> float | None:
+    return None if x is None else x / ideal
+
+
+def _port_counts(ctx: Ctx) -> dict[str, dict[str, int]]:
+    try:
+        st = ctx.fab.tb.port_stats()
+    except Exception:  # counters are a diagnosis, never a reason to fail the row
+        return {}
+    return {p: {k: int(v.get(k, 0) or 0) for k in ("trimmed", "dropped", "marked")}
+            for p, v in st.items()}
+
+
+def _port_delta(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]
+                ) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for p, v in b.items():
+        d = {k: n - a.get(p, {}).get(k, 0) for k, n in v.items()}
+        if any(d.values()):
+            out[p] = d
+    return out
+
+
+def _daemon_cpu(ctx: Ctx) -> dict[int, float]:
+    """CPU seconds (user + system) each Braid daemon has used so far."""
+    out: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for h, proc in ctx.fab.daemons.items():
+        try:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        out[h] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _to_ms(x: float | None) -> float | None:
+    return None if x is None else x * 1000
+
+
 def incast(ctx: Ctx) -> dict[str, Any]:
     """N senders -> h0 in synchronised bursts, with a victim flow into h1
     (same leaf); Braid with trimming and with tail-drop."""
@@ -515,7 +558,12 @@ def incast(ctx: Ctx) -> dict[str, Any]:
                             "accept": [] if stack.startswith("braid")
                             else [j for j in peers if j < h]}
             specs.update(specs_stream)
+            ports0, cpu0, t0 = _port_counts(ctx), _daemon_cpu(ctx), time.monotonic()
             res = ctx.fab.run(_stack_name(stack), specs, None, timeout=dur + 70)
+            ports = _port_delta(ports0, _port_counts(ctx))
+            wall = time.monotonic() - t0
+            cpu = {h: round((c - cpu0.get(h, 0.0)) / wall, 3)
+                   for h, c in _daemon_cpu(ctx).items()}
         finally:
             if stack == "braid-taildrop":
                 ctx.fab.heal_all()
@@ -523,15 +571,52 @@ def incast(ctx: Ctx) -> dict[str, Any]:
         st = _steps(res, [0])
         ideal = len(senders) * size * 8 / eff_cap
         v1 = sum(_bins(res, victim[1])[first:end])
+        ph = m.burst_phases(res.get(0, {}).get("done", []),
+                            {h: res[h].get("starts", []) for h in senders if h in res},
+                            next((r["go"] for r in res.values() if r.get("go")), 0.0))
         per[stack] = {"bursts": len(st), "completion_p50_over_ideal":
                       (m.percentile(st, 50) or 0) / ideal if st else None,
                       "completion_p100_over_ideal": (m.percentile(st, 100) or 0) / ideal
                       if st else None, "ideal_ms": ideal * 1000,
                       "rtos": _rtos(stack, res, senders),
-                      "victim_ratio": v1 / v0 if v0 else None, "complete": ok}
-        ctx.say(f"  incast/{stack}: completion p100/ideal "
-                f"{_fmt(per[stack]['completion_p100_over_ideal'])}, RTOs {per[stack]['rtos']}, "
-                f"victim {_fmt(per[stack]['victim_ratio'])}")
+                      "victim_ratio": v1 / v0 if v0 else None, "complete": ok,
+                      # The step time split at the first sender's start (see
+                      # metrics.burst_phases): the data phase is what the
+                      # transport controls; the release is the application's
+                      # turnaround, the same for every stack.
+                      "data_p50_over_ideal": _ratio(m.percentile(ph["data"], 50), ideal),
+                      "data_p100_over_ideal": _ratio(m.percentile(ph["data"], 100), ideal),
+                      "release_p50_ms": _to_ms(m.percentile(ph["release"], 50)),
+                      "release_p100_ms": _to_ms(m.percentile(ph["release"], 100)),
+                      "start_spread_p100_ms": _to_ms(m.percentile(ph["spread"], 100)),
+                      "bursts_ms": [round(x * 1000, 2) for x in st],
+                      "data_ms": [round(x * 1000, 2) for x in ph["data"]],
+                      "release_ms": [round(x * 1000, 2) for x in ph["release"]],
+                      "senders": {k: _braid_stat(res, k, senders) for k in
+                                  ("packets_sent", "nacks_received", "retransmissions",
+                                   "lost_by_rto", "probes_sent", "spurious_losses", "cc_md",
+                                   "cc_quick_adapt", "cc_delay_is_mark")}
+                      if stack.startswith("braid") else None,
+                      "victim": {k: _braid_stat(res, k, [victim[0]]) for k in
+                                 ("packets_sent", "nacks_received", "retransmissions",
+                                  "lost_by_rto", "rtos", "spurious_losses", "cc_md",
+                                  "cc_quick_adapt", "cc_delay_is_mark", "cc_fair_inc",
+                                  "cc_proportional_inc")}
+                      if stack.startswith("braid") else None,
+                      # Switch-port counters over the run (trims, drops, ECN marks)
+                      # by port, e.g. 'h0:p1/down' (the last hop into h0).
+                      "ports": ports,
+                      # Braid daemons' CPU (user + system seconds per wall second of
+                      # the run, set-up included): 1.0 is a whole core, the machine has 2.
+                      "daemon_cpu": {f"h{h}": c for h, c in cpu.items() if c >= 0.01}
+                      if stack.startswith("braid") else None}
+        ctx.say(f"  incast/{stack}: completion p50/p100 over ideal "
+                f"{_fmt(per[stack]['completion_p50_over_ideal'])}/"
+                f"{_fmt(per[stack]['completion_p100_over_ideal'])} (data phase "
+                f"{_fmt(per[stack]['data_p50_over_ideal'])}/"
+                f"{_fmt(per[stack]['data_p100_over_ideal'])}, release p50/p100 "
+                f"{_fmt(per[stack]['release_p50_ms'])}/{_fmt(per[stack]['release_p100_ms'])} ms), "
+                f"RTOs {per[stack]['rtos']}, victim {_fmt(per[stack]['victim_ratio'])}")
     return {"senders": len(senders), "size": size, "duration": dur,
             "receiver_capacity_mbps": recv_cap / 1e6, "per_stack": per}
 

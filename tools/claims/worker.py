@@ -270,6 +270,7 @@ class Worker:
         deadline = stop_at + float(self.spec.get("grace", 20))
         max_steps = int(self.spec.get("max_steps", 100000))
         done: list[float] = []
+        starts: list[float] = []  # incast senders: when each burst was handed to the stack
         pending: deque[Any] = deque()
         others = [h for h in group if h != self.me]
         pos = group.index(self.me)
@@ -284,6 +285,7 @@ class Worker:
                         pending.append(await self.send(
                             dst, self.message(step, 1, LAST if last else 0, 16), deadline))
                 else:
+                    starts.append(time.monotonic())
                     pending.append(await self.send(root, self.message(step, 0, 0, self.size),
                                                    deadline))
                     ok = await self.wait_for((step, 1), {root}, deadline)
@@ -317,7 +319,7 @@ class Worker:
                 break
         while pending:
             await self._settle(pending.popleft(), deadline)
-        return {"done": done}
+        return {"done": done, "starts": starts}
 
     async def _settle(self, fut: Any, deadline: float) -> None:
         if fut is None:
@@ -363,7 +365,7 @@ class Worker:
         """The local daemon's connections by local cid (Braid only)."""
         st = await asyncio.wait_for(self.client.stats(), 5)
         return {int(c["stats"]["local_cid"]): {"peer": c.get("peer"), "role": c.get("role"),
-                                               **c["stats"]}
+                                               "cc": c.get("cc") or {}, **c["stats"]}
                 for c in st.get("connections", [])}
 
     async def close(self) -> dict[str, Any]:
@@ -375,9 +377,14 @@ class Worker:
                 conns = []
                 for cid, c in now.items():
                     b = self.base_stats.get(cid, {})
-                    d = {k: int(c.get(k) or 0) - int(b.get(k) or 0) for k in COUNTERS}
+                    d: dict[str, float] = {k: int(c.get(k) or 0) - int(b.get(k) or 0)
+                                           for k in COUNTERS}
                     if not any(d.values()):
                         continue  # idle during this run
+                    bcc, cc = b.get("cc") or {}, c.get("cc") or {}
+                    d.update({f"cc_{k}": float(cc.get(k) or 0) - float(bcc.get(k) or 0)
+                              for k in CC_COUNTERS})
+                    d["cc_delay_is_mark"] = float(cc.get("delay_is_mark") or 0)
                     conns.append({"peer": c["peer"], "role": c["role"], **d,
                                   **{k: c.get(k) for k in ("srtt", "min_rtt", "cwnd",
                                                            "parked_planes", "state",
@@ -399,6 +406,8 @@ class Worker:
 #: Braid connection counters reported per run (differences over the run).
 COUNTERS = ("packets_sent", "retransmissions", "rtos", "nacks_received", "probes_sent",
             "bytes_acked", "bytes_received", "lost_by_rto", "spurious_losses")
+#: NSCC's decision counters, also differences (``cc_`` in the report).
+CC_COUNTERS = ("md", "quick_adapt", "fair_inc", "proportional_inc", "fast_inc", "timeouts")
 
 
 async def amain(spec: dict[str, Any]) -> dict[str, Any]:
