@@ -178,7 +178,13 @@ class Receiver:
             self.duplicates += 1
             return True
         n = len(payload)
-        asm = self._check_slice(psn, mid, off, mlen, n)
+        # The common case first: the next slice of a message in progress (its
+        # message-level checks passed when it began); anything else, the full check.
+        asm = self._assembly.get(mid)
+        size = self.slice_size
+        if asm is None or asm.msg_len != mlen or off in asm.slices or off % size \
+                or n != (size if mlen - off > size else mlen - off):
+            asm = self._check_slice(psn, mid, off, mlen, n)
         if self.bytes_received + n > self.freed + self.recv_window:
             # Beyond the credit granted: not ours to keep, and not acknowledged.
             self.no_buffer += 1
@@ -213,7 +219,7 @@ class Receiver:
                 self.held_partial -= mlen
                 slices = asm.slices
                 self._complete(mid, mlen, b"".join(
-                    [slices[o] for o in range(0, mlen, self.slice_size)]))
+                    [slices[o] for o in range(0, mlen, size)]))
         self._unacked += 1
         lo = self._pend_lo
         if lo is None or psn < lo:
