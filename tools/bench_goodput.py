@@ -44,6 +44,12 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _minflt() -> int:
+    """Minor page faults of this process so far (memory the allocator gave
+    back to the kernel and touched again shows up here)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _emit(obj: dict[str, Any]) -> None:
     print(json.dumps(obj), flush=True)
 
@@ -100,6 +106,7 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
     eio = EndpointIO(ep, [PlaneAddr(me, PORT)], table, on_event=on_event)
     eio.open()
     cpu0 = _cpu()
+    flt0 = _minflt()
     # CPU time, not wall time: on a shared machine a system call that wakes
     # the peer is often preempted, and wall time would charge that to it.
     prof = cProfile.Profile(time.process_time) if profile else None
@@ -113,7 +120,7 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
                 prof.disable()
                 _write_profile(prof, profile)
             return {"bytes": got[0], "t_end": t_end[0], "cpu": _cpu() - cpu0,
-                    "failed": failed, "io": eio.stats()}
+                    "minflt": _minflt() - flt0, "failed": failed, "io": eio.stats()}
         chunk = 4 << 20
         block = os.urandom(chunk)
         if prof is not None:
@@ -128,7 +135,8 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
         if prof is not None:
             prof.disable()
             _write_profile(prof, profile)
-        return {"t_start": t0, "cpu": _cpu() - cpu0, "stats": conn.stats(),
+        return {"t_start": t0, "cpu": _cpu() - cpu0, "minflt": _minflt() - flt0,
+                "stats": conn.stats(),
                 "failed": conn.failure_reason, "io": eio.stats()}
     finally:
         eio.close()
@@ -382,6 +390,7 @@ def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None,
         "packets": pk1 - pk0, "pps": (pk1 - pk0) / secs,
         "cpu_s": cpu, "cpu_s_per_GB": cpu / (r["bytes"] / 1e9),
         "cpu_tx_s": t["cpu"], "cpu_rx_s": r["cpu"],
+        "minflt_tx": t.get("minflt"), "minflt_rx": r.get("minflt"),
         "detail": {k: v for k, v in t.items() if k in ("stats", "failed", "io")},
         "rx_io": r.get("io"),
     }

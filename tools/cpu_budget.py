@@ -40,13 +40,17 @@ ROWS: list[tuple[str, str, str, list[str]]] = [
      ["aio.py:_drain", "-connection.py:_on_sack"]),
     ("receiver", "system calls (receive)", "recvmsg_into",
      ["~:<method 'recvmsg_into' of '_socket.socket' objects>"]),
+    # The DATA fast path (Endpoint.receive_datagrams -> Connection.receive_data ->
+    # Opener.open_data_untrusted, Receiver.on_slice) and the one-datagram path
+    # (receive_datagram -> open_untrusted, _on_data) both count.
     ("receiver", "drain + route", "per-datagram loop, peer lookup, peek, endpoint dispatch",
      ["aio.py:_drain", "-~:<method 'recvmsg_into' of '_socket.socket' objects>",
-      "-connection.py:receive_datagram"]),
+      "-connection.py:receive_datagram", "-connection.py:receive_data"]),
     ("receiver", "open", "header/body unpack, AES-GCM decrypt, replay window",
-     ["codec.py:open_untrusted"]),
-    ("receiver", "reassembly + PSN", "Receiver.on_data, delivery",
-     ["connection.py:_on_data"]),
+     ["codec.py:open_untrusted", "codec.py:open_data_untrusted"]),
+    ("receiver", "reassembly + PSN", "Receiver.on_slice, delivery, connection glue",
+     ["connection.py:_on_data", "connection.py:receive_data",
+      "-codec.py:open_data_untrusted"]),
     ("receiver", "SACK generation", "bitmaps, SACK sealing",
      ["connection.py:_send_sack"]),
     ("receiver", "SACK send", "sendmsg of SACKs",

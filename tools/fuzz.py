@@ -169,7 +169,12 @@ def run(inputs: int, seed: int, progress: bool = False) -> dict[str, Any]:
         except Exception:  # a decoder may raise only WireError
             failures.append(f"decoder, {kind}: {data.hex()}\n{traceback.format_exc()}")
         try:
-            p.b.receive_datagram(data, RxInfo(rng.randrange(2)), p.now, "b-attacker")
+            if n % 2:
+                # The I/O adapter's path for a (spoofed) configured source.
+                p.b.receive_datagrams((memoryview(data),), RxInfo(rng.randrange(2)), p.now,
+                                      "b-attacker")
+            else:
+                p.b.receive_datagram(data, RxInfo(rng.randrange(2)), p.now, "b-attacker")
         except Exception:  # the endpoint may raise nothing at all
             failures.append(f"endpoint, {kind}: {data.hex()}\n{traceback.format_exc()}")
         if n % 64 == 0:

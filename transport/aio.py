@@ -189,6 +189,7 @@ class EndpointIO:
         view = self._view
         bufs = [self._buf]
         ep = self.endpoint
+        receive_many = ep.receive_datagrams
         peers = self.peers
         by_source = peers.by_source
         infos = self._rx_info
@@ -231,8 +232,20 @@ class EndpointIO:
                 peer = by_source.get((plane, host))
                 last_host = host
             n_bytes += n
+            if peer is not None and tap is None:
+                # The fast path: views of the buffer, no copies (the endpoint
+                # keeps nothing of them); DATA goes straight to its connection.
+                if 0 < seg < n:
+                    # A GRO batch: datagrams of ``seg`` bytes, the last maybe shorter.
+                    whole = view[:n]
+                    views = [whole[off:off + seg] for off in range(0, n, seg)]
+                    n_rx += len(views)
+                    receive_many(views, rx, now, peer)
+                else:
+                    n_rx += 1
+                    receive_many((view[:n],), rx, now, peer)
+                continue
             if 0 < seg < n:
-                # A GRO batch: datagrams of ``seg`` bytes, the last maybe shorter.
                 chunks: Iterable[bytes] = [bytes(view[off:min(off + seg, n)])
                                            for off in range(0, n, seg)]
             else:

@@ -34,7 +34,7 @@ from transport.psn import wire as psn_wire
 from transport.receiver import Receiver, SliceError
 from transport.sender import Sender, SentPacket
 from wire.codec import HandshakeCodec, Opener, Packet, Sealer, peek_untrusted
-from wire.constants import CloseReason, Dscp, Flag, NackReason, PacketType
+from wire.constants import COUNTER_MAX, VERSION, CloseReason, Dscp, Flag, NackReason, PacketType
 from wire.errors import WireError
 from wire.keys import DirectionKeys, derive_connection_keys, new_nonce
 from wire.packets import (
@@ -353,6 +353,60 @@ class Connection:
                 self._fail(ConnEvent.RESET_RECEIVED, f"reset by peer ({name})",
                            tell_peer=False, now=now)
 
+    def receive_data(self, data: bytes | memoryview, rx: RxInfo, now: float) -> None:
+        """The receive fast path (``Endpoint.receive_datagrams``): a datagram
+        that looks like DATA without header extensions for this connection.
+        Same outcome as ``receive_datagram``, but an untrimmed in-window slice
+        builds no header, body or packet object on its way to the receiver.
+        ``data`` may be a view of the I/O layer's buffer: nothing keeps it."""
+        opener = self._opener
+        if opener is None or self.state in TERMINAL:
+            self.receive_datagram(bytes(data), rx, now)
+            return
+        self._now = now
+        try:
+            opened = opener.open_data_untrusted(data)
+        except WireError as exc:
+            self._drop(exc.reason)
+            return
+        if opened is None:
+            self.receive_datagram(bytes(data), rx, now)
+            return
+        self.last_heard = now
+        self.confirmed = True
+        (_v, _t, flags, _w, dcid, ec, wpsn, ev, plane, _r, plen, mid, moff, mlen,
+         ts), payload = opened
+        r = self.receiver
+        cum = r.cum_psn
+        d = (wpsn - cum) & 0xFFFFFFFF  # transport.psn.unwrap, inlined
+        if d >= 0x80000000:
+            d -= 0x100000000
+        if payload is None or d >= r.psn_window:
+            # Trimmed or out of window: the NACK paths, with objects.
+            body = Data(wpsn, ev, plane, plen, mid, moff, mlen, ts)
+            header = CommonHeader(VERSION, PacketType.DATA, flags, _w, dcid, ec >> 48,
+                                  ec & COUNTER_MAX)
+            self._on_data(Packet(header, body, payload, payload is None), body, rx, now)
+            return
+        try:
+            urgent = r.on_slice(cum + d, ev, ts, rx.plane, mid, moff, mlen, payload, rx.ce, now,
+                                flags & _ACK_REQ != 0)
+        except SliceError as exc:
+            self._bad_slice(exc, now)
+            return
+        if r.delivered:
+            for msg_id, msg in r.take_delivered():
+                self._events.append(MessageDelivered(msg_id, msg))
+        if urgent:
+            self._send_sack(now)
+
+    def _bad_slice(self, exc: SliceError, now: float) -> None:
+        # Only a holder of the connection keys can get here: a broken or
+        # hostile peer. Its data can no longer be trusted to reassemble.
+        self._drop(exc.reason)
+        self._fail(ConnEvent.PROTOCOL_ERROR, f"protocol error by peer: {exc}",
+                   tell_peer=True, now=now, code=CloseReason.PROTOCOL_ERROR)
+
     def _on_handshake(self, pkt: Packet, rx: RxInfo, now: float) -> None:
         body = pkt.body
         if isinstance(body, Init):
@@ -405,14 +459,11 @@ class Connection:
             urgent = r.on_data(body, pkt.payload, ce=rx.ce, now=now,
                                ack_req=bool(pkt.header.flags & _ACK_REQ), plane=rx.plane)
         except SliceError as exc:
-            # Only a holder of the connection keys can get here: a broken or
-            # hostile peer. Its data can no longer be trusted to reassemble.
-            self._drop(exc.reason)
-            self._fail(ConnEvent.PROTOCOL_ERROR, f"protocol error by peer: {exc}",
-                       tell_peer=True, now=now, code=CloseReason.PROTOCOL_ERROR)
+            self._bad_slice(exc, now)
             return
-        for msg_id, data in r.take_delivered():
-            self._events.append(MessageDelivered(msg_id, data))
+        if r.delivered:
+            for msg_id, data in r.take_delivered():
+                self._events.append(MessageDelivered(msg_id, data))
         if urgent:
             self._send_sack(now)
 

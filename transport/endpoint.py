@@ -17,8 +17,9 @@ label.
 from __future__ import annotations
 
 import random
+import struct
 from collections import deque
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import replace
 
 from transport.config import ConnectionConfig
@@ -26,15 +27,21 @@ from transport.connection import Connection
 from transport.datagram import RxInfo, TxPath
 from transport.events import ConnectionClosed, ConnectionFailed, Event
 from wire.codec import HandshakeCodec, peek_untrusted
-from wire.constants import Dscp, PacketType
+from wire.constants import HEADER_TAG_LEN, VERSION, Dscp, PacketType
 from wire.errors import WireError
-from wire.packets import CommonHeader, Init, UnknownConn
+from wire.packets import HEADER_WORDS, CommonHeader, Init, UnknownConn
 
 PeerKey = Hashable
 #: INIT nonces remembered after their connection is gone, so a late duplicate
 #: INIT does not open a second connection.
 _NONCE_MEMORY = 4096
 #: Packet types a host answers with UNKNOWN_CONN when it lacks their connection.
+#: The receive fast path's test for DATA without header extensions, and its
+#: destination connection id (offset 4 of the common header).
+_DATA_TYPE = int(PacketType.DATA)
+_DATA_WORDS = HEADER_WORDS[PacketType.DATA]
+_DATA_CUT = _DATA_WORDS * 4 + HEADER_TAG_LEN
+_DCID = struct.Struct("!I").unpack_from
 _ANSWER_UNKNOWN = frozenset({PacketType.DATA, PacketType.SACK, PacketType.NACK,
                              PacketType.PROBE, PacketType.PROBE_ACK, PacketType.CLOSE})
 
@@ -137,6 +144,36 @@ class Endpoint:
         conn.receive_datagram(data, rx, now, h)
         self._collect(conn)
         return conn
+
+    def receive_datagrams(self, datagrams: Iterable[bytes | memoryview], rx: RxInfo,
+                          now: float, peer: PeerKey) -> None:
+        """``receive_datagram`` for each of a batch from one source (a GRO
+        read): DATA without header extensions goes straight to its connection
+        (``Connection.receive_data``); everything else the usual way. The
+        datagrams may be views of the I/O layer's buffer: nothing keeps them."""
+        conns = self.connections
+        last_cid = -1
+        conn: Connection | None = None
+        for data in datagrams:
+            if len(data) >= _DATA_CUT and data[1] == _DATA_TYPE and data[3] == _DATA_WORDS \
+                    and data[0] == VERSION:
+                cid = _DCID(data, 4)[0]
+                if cid != last_cid:
+                    if conn is not None:
+                        self._collect(conn)
+                    conn = conns.get(cid)
+                    last_cid = cid
+                if conn is not None:
+                    conn.receive_data(data, rx, now)
+                    continue
+            elif conn is not None:
+                # Events stay in arrival order: collect before anything else runs.
+                self._collect(conn)
+                conn = None
+                last_cid = -1
+            self.receive_datagram(bytes(data), rx, now, peer)
+        if conn is not None:
+            self._collect(conn)
 
     def _on_init(self, data: bytes, rx: RxInfo, now: float, peer: PeerKey) -> Connection | None:
         try:

@@ -80,7 +80,8 @@ class Receiver:
         self.cum_psn = initial_psn
         self._above: set[int] = set()
         self._assembly: dict[int, _Assembly] = {}
-        self._delivered: list[tuple[int, bytes]] = []
+        #: Messages completed and not taken yet (``take_delivered``).
+        self.delivered: list[tuple[int, bytes]] = []
         # Message ids below the floor, and those in ``_done``, were delivered:
         # a new PSN naming one of them is a forged or broken peer, not a resend.
         self._done_floor = 1
@@ -128,15 +129,15 @@ class Receiver:
     def in_window(self, wire_psn: int) -> bool:
         return self.unwrap(wire_psn) < self.cum_psn + self.psn_window
 
-    def _check_slice(self, body: Data, n: int) -> _Assembly | None:
+    def _check_slice(self, psn: int, mid: int, off: int, mlen: int,
+                     n: int) -> _Assembly | None:
         """The assembly this slice extends (None: a new message); raises SliceError."""
-        mid, off, mlen = body.msg_id, body.msg_offset, body.msg_len
         if mlen > self.max_message_size:
             raise SliceError("message_too_large",
                              f"message {mid} of {mlen} bytes exceeds {self.max_message_size}")
         ahead = (mid - self._done_floor) & _U32
         if ahead >= _HALF or mid in self._done:
-            raise SliceError("message_replayed", f"new PSN {body.psn} for delivered message {mid}")
+            raise SliceError("message_replayed", f"new PSN {psn} for delivered message {mid}")
         if ahead >= self.psn_window:
             raise SliceError("message_id_window", f"message {mid} is {ahead} ids ahead")
         size = self.slice_size
@@ -163,42 +164,65 @@ class Receiver:
 
         ``plane`` is where it arrived (SACKs go back there); raises
         ``SliceError`` for a slice inconsistent with its message."""
-        psn = unwrap(body.psn, self.cum_psn)
+        return self.on_slice(unwrap(body.psn, self.cum_psn), body.ev, body.timestamp,
+                             body.plane if plane is None else plane, body.msg_id,
+                             body.msg_offset, body.msg_len, payload, ce, now, ack_req)
+
+    def on_slice(self, psn: int, ev: int, ts: int, plane: int, mid: int, off: int, mlen: int,
+                 payload: bytes, ce: bool, now: float, ack_req: bool) -> bool:
+        """``on_data`` without the ``Data`` object (the receive fast path):
+        ``psn`` already unwrapped (``unwrap``), ``plane`` where it arrived."""
         if psn < self.cum_psn or psn in self._above:
             # A duplicate means the sender did not hear our SACK: repeat it now.
-            self._last = (psn, body.ev, body.timestamp, body.plane if plane is None else plane)
+            self._last = (psn, ev, ts, plane)
             self.duplicates += 1
             return True
         n = len(payload)
-        asm = self._check_slice(body, n)
+        # The common case first: the next slice of a message in progress (its
+        # message-level checks passed when it began); anything else, the full check.
+        asm = self._assembly.get(mid)
+        size = self.slice_size
+        if asm is None or asm.msg_len != mlen or off in asm.slices or off % size \
+                or n != (size if mlen - off > size else mlen - off):
+            asm = self._check_slice(psn, mid, off, mlen, n)
         if self.bytes_received + n > self.freed + self.recv_window:
             # Beyond the credit granted: not ours to keep, and not acknowledged.
             self.no_buffer += 1
             return self._last is not None
-        self._last = (psn, body.ev, body.timestamp, body.plane if plane is None else plane)
+        self._last = (psn, ev, ts, plane)
         if ce:
             self._ce_since_ack += 1
-        self._record(psn)
+        # _record(psn), inlined (it is not a duplicate: checked above).
+        if psn == self.cum_psn:
+            cum = psn + 1
+            above = self._above
+            if above:
+                while cum in above:
+                    above.discard(cum)
+                    cum += 1
+            self.cum_psn = cum
+        else:
+            self._above.add(psn)
         self.bytes_received += n
         if asm is None:
-            if n == body.msg_len:  # a whole message in one slice: no assembly at all
-                self._complete(body.msg_id, n, payload)
+            if n == mlen:  # a whole message in one slice: no assembly at all
+                self._complete(mid, n, payload)
             else:
                 self.held_partial += n
-                self._assembly[body.msg_id] = _Assembly(body.msg_len, {body.msg_offset: payload},
-                                                        n)
+                self._assembly[mid] = _Assembly(mlen, {off: payload}, n)
         else:
-            asm.slices[body.msg_offset] = payload
-            asm.received += n
+            asm.slices[off] = payload
+            received = asm.received = asm.received + n
             self.held_partial += n
-            if asm.received == asm.msg_len:
-                del self._assembly[body.msg_id]
-                self.held_partial -= asm.msg_len
+            if received == mlen:
+                del self._assembly[mid]
+                self.held_partial -= mlen
                 slices = asm.slices
-                self._complete(body.msg_id, asm.msg_len, b"".join(
-                    slices[o] for o in range(0, asm.msg_len, self.slice_size)))
+                self._complete(mid, mlen, b"".join(
+                    [slices[o] for o in range(0, mlen, size)]))
         self._unacked += 1
-        if self._pend_lo is None or psn < self._pend_lo:
+        lo = self._pend_lo
+        if lo is None or psn < lo:
             self._pend_lo = psn
         if self._ack_deadline is None:
             self._ack_deadline = now + self.ack_delay
@@ -217,7 +241,7 @@ class Receiver:
             self._done_floor = floor
         else:
             self._done.add(msg_id)
-        self._delivered.append((msg_id, data))
+        self.delivered.append((msg_id, data))
 
     def consume(self, nbytes: int) -> bool:
         """The application took ``nbytes`` of delivered data (``hold_delivered``):
@@ -268,7 +292,7 @@ class Receiver:
     # -- output ----------------------------------------------------------------
 
     def take_delivered(self) -> list[tuple[int, bytes]]:
-        out, self._delivered = self._delivered, []
+        out, self.delivered = self.delivered, []
         return out
 
     def _bitmap(self, base: int) -> int:

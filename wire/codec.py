@@ -80,7 +80,9 @@ _DATA: Final = PacketType.DATA
 _DATA_HLEN: Final = _DATA_WORDS * 4
 _DATA_CUT: Final = _DATA_HLEN + HEADER_TAG_LEN
 _DATA_HEADER_UNPACK: Final = _DATA_HEADER.unpack_from
-_DATA_BODY_UNPACK: Final = DATA_BODY.unpack_from
+#: What ``Opener.open_data_untrusted`` returns: the unpacked header, and the payload.
+DataFields = tuple[tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int,
+                         int], bytes | None]
 
 
 @dataclass(slots=True)
@@ -256,74 +258,86 @@ class Opener:
         A DATA datagram that ends right after its header tag was trimmed by
         a switch: it is accepted on the strength of its header tag alone.
         """
-        if len(data) >= _DATA_CUT:
-            # DATA without header extensions (every DATA packet v1 sends) takes
-            # the fast path: one unpack, no generic dispatch, no extra calls.
-            # Same checks in the same order, same errors as ``_open_generic``.
-            if header is None:
-                (ver, ptype, flags, words, dcid, ec,
-                 psn, ev, plane, _r, plen, mid, moff, mlen, ts) = _DATA_HEADER_UNPACK(data)
-                fast = ver == VERSION and ptype == 3 and words == _DATA_WORDS
-                epoch = ec >> 48
-                counter = ec & _COUNTER_MASK
-            elif header.ptype is _DATA and header.header_words == _DATA_WORDS:
-                fast = True
-                flags = header.flags
-                epoch = header.epoch
-                counter = header.counter
-                psn, ev, plane, _r, plen, mid, moff, mlen, ts = _DATA_BODY_UNPACK(
-                    data, COMMON_HEADER_LEN
-                )
-            else:
-                fast = False
-            if fast:
-                if epoch != self.epoch:
-                    raise WireError("epoch", f"key epoch {epoch}, expected {self.epoch}")
-                plaintext = self.plaintext
-                if (flags & _PLAINTEXT != 0) != plaintext:
-                    raise WireError(
-                        "plaintext",
-                        "plaintext packet on an encrypted connection" if not plaintext
-                        else "encrypted packet on a plaintext connection",
-                    )
-                replay = self.replay
-                highest = replay.highest
-                if counter <= highest:
-                    replay.check(counter)
-                extra = len(data) - _DATA_CUT
-                pay = self._pay
-                trimmed = False
-                payload: bytes | None = None
-                if extra == 0 and (plen > 0 or pay is not None):
-                    trimmed = True
-                elif extra != plen + (0 if pay is None else PAYLOAD_TAG_LEN):
-                    raise WireError("payload_len", f"{extra} payload bytes, header says {plen}")
-                hdr = self._hdr
-                if hdr is not None and pay is not None:
-                    # 4 zero bytes + epoch + counter: the values just checked, as sent.
-                    nonce = ((epoch << 48) | counter).to_bytes(_NONCE_BYTES, "big")
-                    try:
-                        if trimmed:
-                            hdr.decrypt(nonce, data[_DATA_HLEN:_DATA_CUT], data[:_DATA_HLEN])
-                        else:
-                            # One AEAD check covers header, header tag and payload.
-                            payload = pay.decrypt(nonce, data[_DATA_CUT:], data[:_DATA_CUT])
-                    except InvalidTag:
-                        raise WireError("tag", "DATA failed authentication") from None
-                elif not trimmed:
-                    payload = data[_DATA_CUT:]
-                if moff > mlen or plen > mlen - moff:
-                    raise WireError("field", "DATA slice lies outside its message")
-                # ReplayWindow.commit, inlined.
-                replay._slots[counter % replay.size] = counter
-                if counter > highest:
-                    replay.highest = counter
+        if len(data) >= _DATA_CUT and (
+            header is None or (header.ptype is _DATA and header.header_words == _DATA_WORDS)
+        ):
+            opened = self.open_data_untrusted(data)
+            if opened is not None:
+                (_v, _t, flags, _w, dcid, ec, psn, ev, plane, _r, plen, mid, moff, mlen,
+                 ts), payload = opened
                 return Packet(
                     header if header is not None
-                    else CommonHeader(VERSION, _DATA, flags, _DATA_WORDS, dcid, epoch, counter),
-                    Data(psn, ev, plane, plen, mid, moff, mlen, ts), payload, trimmed,
+                    else CommonHeader(VERSION, _DATA, flags, _DATA_WORDS, dcid, ec >> 48,
+                                      ec & _COUNTER_MASK),
+                    Data(psn, ev, plane, plen, mid, moff, mlen, ts), payload, payload is None,
                 )
         return self._open_generic(data, header)
+
+    def open_data_untrusted(self, data: bytes | memoryview) -> DataFields | None:
+        """The receive fast path: a DATA datagram without header extensions
+        (every DATA packet v1 sends), opened without building any object.
+
+        Returns ``(fields, payload)``: ``fields`` is the unpacked common
+        header + DATA body (version, type, flags, words, dcid, epoch << 48 |
+        counter, psn, ev, plane, reserved, payload length, msg id, msg
+        offset, msg length, timestamp) and ``payload`` the plaintext, None
+        if a switch trimmed it. Returns None for any other datagram (use
+        ``open_untrusted``); raises ``WireError`` exactly where
+        ``open_untrusted`` would (same checks, same order, same reasons).
+        ``data`` may be a view of a reused buffer: nothing returned refers to it.
+        """
+        if len(data) < _DATA_CUT:
+            return None
+        fields = _DATA_HEADER_UNPACK(data)
+        if fields[0] != VERSION or fields[1] != 3 or fields[3] != _DATA_WORDS:
+            return None
+        ec = fields[5]
+        if ec >> 48 != self.epoch:
+            raise WireError("epoch", f"key epoch {ec >> 48}, expected {self.epoch}")
+        plaintext = self.plaintext
+        if (fields[2] & _PLAINTEXT != 0) != plaintext:
+            raise WireError(
+                "plaintext",
+                "plaintext packet on an encrypted connection" if not plaintext
+                else "encrypted packet on a plaintext connection",
+            )
+        counter = ec & _COUNTER_MASK
+        replay = self.replay
+        highest = replay.highest
+        if counter <= highest:
+            replay.check(counter)
+        extra = len(data) - _DATA_CUT
+        pay = self._pay
+        plen = fields[10]
+        trimmed = False
+        payload: bytes | None = None
+        if extra == 0 and (plen > 0 or pay is not None):
+            trimmed = True
+        elif extra != plen + (0 if pay is None else PAYLOAD_TAG_LEN):
+            raise WireError("payload_len", f"{extra} payload bytes, header says {plen}")
+        hdr = self._hdr
+        if hdr is not None and pay is not None:
+            # 4 zero bytes + epoch + counter: the values just checked, as sent.
+            nonce = ec.to_bytes(_NONCE_BYTES, "big")
+            try:
+                if trimmed:
+                    hdr.decrypt(nonce, data[_DATA_HLEN:_DATA_CUT], data[:_DATA_HLEN])
+                else:
+                    # One AEAD check covers header, header tag and payload.
+                    payload = pay.decrypt(nonce, data[_DATA_CUT:], data[:_DATA_CUT])
+            except InvalidTag:
+                raise WireError("tag", "DATA failed authentication") from None
+        elif not trimmed:
+            payload = bytes(data[_DATA_CUT:])
+        moff = fields[12]
+        mlen = fields[13]
+        if moff > mlen or plen > mlen - moff:
+            raise WireError("field", "DATA slice lies outside its message")
+        # ReplayWindow.commit, inlined.
+        replay._slots[counter % replay.size] = counter
+        if counter > highest:
+            replay.highest = counter
+        return fields, payload
 
     def _open_generic(self, data: bytes, header: CommonHeader | None) -> Packet:
         h = header if header is not None else peek_untrusted(data)

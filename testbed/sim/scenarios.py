@@ -57,7 +57,9 @@ class Peer:
         return self.conn.datagrams_to_send(now)
 
     def receive_datagram(self, data: bytes, rx: RxInfo, now: float) -> None:
-        self.conn.receive_datagram(data, rx, now)
+        # The receive fast path, as the real endpoint uses it for DATA (it
+        # hands anything else to ``receive_datagram`` itself).
+        self.conn.receive_data(data, rx, now)
         self._drain(now)
 
     def handle_timer(self, now: float) -> None:

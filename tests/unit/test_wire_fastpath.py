@@ -25,7 +25,8 @@ from wire import (
     trim_point,
 )
 from wire.codec import Packet
-from wire.constants import COUNTER_MAX
+from wire.constants import COUNTER_MAX, HEADER_TAG_LEN, VERSION, PacketType
+from wire.packets import HEADER_WORDS
 
 _KEYS = derive_connection_keys(
     bytes(range(32)), initiator_nonce=bytes(16), responder_nonce=bytes([1]) * 16,
@@ -142,3 +143,45 @@ def test_seal_data_takes_intflag_flags_and_checks_the_epoch() -> None:
     for bad in (0x1_0000, -1):
         with pytest.raises(struct.error):
             Sealer(SEND, dcid=7, epoch=bad).seal_data(**kw)  # type: ignore[arg-type]
+
+
+def _tuple_outcome(raw: bytes, plaintext: bool) -> tuple[str, object]:
+    """``open_data_untrusted`` on a view of a scratch buffer that is then
+    scribbled over: what it returns must not refer to the buffer."""
+    buf = bytearray(raw)
+    try:
+        got = Opener(None if plaintext else RECV).open_data_untrusted(memoryview(buf))
+    except WireError as exc:
+        return ("error", exc.reason)
+    buf[:] = bytes(len(buf))
+    if got is None:
+        return ("none", None)
+    (_v, _t, _f, _w, _d, _ec, psn, ev, plane, _r, plen, mid, moff, mlen,
+     ts), payload = got
+    return ("ok", Packet(peek_untrusted(raw), Data(psn, ev, plane, plen, mid, moff, mlen, ts),
+                         payload, payload is None))
+
+
+@SOME
+@given(data_datagrams())
+def test_tuple_path_answers_as_the_generic_path(d: tuple[bytes, bool]) -> None:
+    """The object-free receive path (``open_data_untrusted``, on views of a
+    reused buffer): the generic path's packet or error, or None for what is
+    not DATA without header extensions (the caller then opens it generically)."""
+    raw, plaintext = d
+    generic = _three_ways(raw, plaintext)[0]
+    got = _tuple_outcome(raw, plaintext)
+    if got[0] == "none":
+        words = HEADER_WORDS[PacketType.DATA]
+        assert len(raw) < words * 4 + HEADER_TAG_LEN or raw[0] != VERSION \
+            or raw[1] != PacketType.DATA or raw[3] != words
+    else:
+        assert got == generic
+
+
+def test_tuple_path_returns_none_for_other_packets() -> None:
+    from wire import Sack
+
+    sack = Sealer(SEND, dcid=7).seal(Sack(1, 2, 3, 4, 5, 6, 7, 0, 0))
+    assert Opener(RECV).open_data_untrusted(sack) is None
+    assert Opener(RECV).open_data_untrusted(b"\x01\x03") is None
