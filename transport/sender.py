@@ -59,6 +59,10 @@ class SentPacket:
     #: Resent by a tail-loss probe: an earlier copy arriving is no sign of
     #: reordering (the probe was a guess), so it must not widen the window.
     tlp: bool = False
+    #: (plane << 16) | EV value of the latest transmission (-1: not sent).
+    ev_key: int = -1
+    #: The whole message this segment is a slice of (retransmissions re-read it).
+    data: Any = None
 
 
 @dataclass(slots=True)
@@ -134,9 +138,6 @@ class Sender:
         self.credit_edge = INITIAL_CREDIT
         self.new_bytes_sent = 0
         self.ev_rtt: dict[int, float] = {}
-        # Payload views kept per PSN until acked, so retransmissions can re-read them.
-        self._payloads: dict[int, memoryview] = {}
-        self._ev_key_of: dict[int, int] = {}
         # Declared lost, not yet resent: an ack may still come (reordering).
         self._lost: dict[int, SentPacket] = {}
         # RACK-style reorder window growth after spurious loss declarations.
@@ -223,7 +224,13 @@ class Sender:
                 continue
             self._lost.pop(p.psn, None)
             return p, self._payload_of(p)
-        if not self._outbound or not self.psn_window_open:
+        return self.next_new()
+
+    def next_new(self) -> tuple[SentPacket, bytes] | None:
+        """The next segment of new data (``next_packet`` when no
+        retransmission waits), or None: nothing queued, or the PSN window
+        or the receiver's credit is full."""
+        if not self._outbound or self.next_psn - self.cum_acked >= self.psn_window:
             return None
         ob = self._outbound[0]
         total = len(ob.data)
@@ -235,7 +242,7 @@ class Sender:
         end = off + n
         p = SentPacket(self.next_psn, ob.msg_id, off, n, total, end >= total)
         self.next_psn += 1
-        self._payloads[p.psn] = ob.data
+        p.data = ob.data
         if end >= total:
             self._outbound.popleft()
         else:
@@ -243,7 +250,8 @@ class Sender:
         return p, bytes(ob.data[off:end])
 
     def _payload_of(self, p: SentPacket) -> bytes:
-        return bytes(self._payloads[p.psn][p.offset : p.offset + p.length])
+        data: memoryview = p.data
+        return bytes(data[p.offset : p.offset + p.length])
 
     def on_sent(self, p: SentPacket, *, ev: Any, ev_key: int, now: float, timestamp: int) -> None:
         if p.transmissions:
@@ -259,9 +267,34 @@ class Sender:
         p.seq = self._seq
         self._seq += 1
         p.transmissions += 1
-        self._ev_key_of[p.psn] = ev_key
+        p.ev_key = ev_key
         self.inflight[p.psn] = p
         self.packets_sent += 1
+
+    def on_sent_run(self, run: list[SentPacket], *, ev: Any, ev_key: int, now: float,
+                    timestamp: int) -> None:
+        """``on_sent`` for first transmissions (``next_new``) that left
+        together on one EV, in order."""
+        if not run:
+            return
+        if not self.inflight and not self.retx_queue:
+            self.last_progress = now  # new data into an empty pipeline
+        inflight = self.inflight
+        seq = self._seq
+        nbytes = 0
+        for p in run:
+            nbytes += p.length
+            p.ev = ev
+            p.sent_time = now
+            p.timestamp = timestamp
+            p.seq = seq
+            seq += 1
+            p.transmissions = 1
+            p.ev_key = ev_key
+            inflight[p.psn] = p
+        self._seq = seq
+        self.bytes_in_flight += nbytes
+        self.packets_sent += len(run)
 
     # -- acknowledgements --------------------------------------------------------
 
@@ -288,8 +321,7 @@ class Sender:
         exact = p.transmissions == 1 or echo_ts == p.timestamp
         p.ack_exact = exact
         self.bytes_acked += p.length
-        self._payloads.pop(p.psn, None)
-        key = self._ev_key_of.pop(p.psn, -1)
+        key = p.ev_key
         if exact:
             if p.seq > self._ev_acked_seq.get(key, -1):
                 self._ev_acked_seq[key] = p.seq
@@ -384,11 +416,10 @@ class Sender:
         lost: list[SentPacket] = []
         largest = self.largest_acked_seq
         ev_acked = self._ev_acked_seq
-        keys = self._ev_key_of
         for p in self.inflight.values():
             if p.seq > largest:
                 break
-            key = keys[p.psn]
+            key = p.ev_key
             if p.seq < ev_acked.get(key, -1):
                 self.lost_by_ev_order += 1
                 lost.append(p)
@@ -405,7 +436,7 @@ class Sender:
         for p in self.inflight.values():
             if p.seq > largest:
                 return None
-            return p.sent_time + self._threshold(self._ev_key_of[p.psn])
+            return p.sent_time + self._threshold(p.ev_key)
         return None
 
     def _mark_lost(self, p: SentPacket) -> None:
