@@ -453,7 +453,7 @@ class Connection:
         ecn = bool(flags & _ECN_ECHO)
         self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
                              sampled=res.sampled, rtt=res.rtt)
-        acked = sum(p.length for p in res.newly_acked)
+        acked = res.acked_bytes
         if acked or ecn:
             self.cc.on_ack(AckSample(
                 now=now, acked_bytes=acked, rtt=res.rtt, ecn=ecn, ev=sack.echo_ev,
@@ -803,7 +803,7 @@ class Connection:
                     flags=flags,
                 ), path))
                 run.append(p)
-                n = len(payload)
+                n = p.length
                 sizes.append(n)
                 tokens -= n
                 in_flight += n

@@ -23,6 +23,7 @@ which the SACK echoes, so RTT samples are never ambiguous.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +69,9 @@ class SentPacket:
 @dataclass(slots=True)
 class _Outbound:
     msg_id: int
-    data: memoryview
+    #: The message (bytes as given, so a segment is one slice; else a view).
+    data: bytes | memoryview
+    total: int
     next_offset: int = 0
 
 
@@ -81,6 +84,8 @@ class AckResult:
     messages_acked: list[tuple[int, int]] = field(default_factory=list)
     rtt: float | None = None
     sampled: SentPacket | None = None
+    #: Payload bytes of ``newly_acked``.
+    acked_bytes: int = 0
 
 
 class RttEstimator:
@@ -160,7 +165,8 @@ class Sender:
     def enqueue(self, data: bytes) -> int:
         msg_id = self.next_msg_id
         self.next_msg_id = (msg_id + 1) & 0xFFFFFFFF or 1
-        self._outbound.append(_Outbound(msg_id, memoryview(data)))
+        self._outbound.append(_Outbound(msg_id, data if data.__class__ is bytes
+                                        else memoryview(data), len(data)))
         self._msg_segments[msg_id] = max(1, -(-len(data) // self.payload_size))
         self._msg_size[msg_id] = len(data)
         return msg_id
@@ -198,7 +204,7 @@ class Sender:
         if not self._outbound:
             return False
         ob = self._outbound[0]
-        n = min(self.payload_size, len(ob.data) - ob.next_offset)
+        n = min(self.payload_size, ob.total - ob.next_offset)
         return self.new_bytes_sent + n > self.credit_edge
 
     def on_credit(self, edge: int) -> bool:
@@ -233,24 +239,27 @@ class Sender:
         if not self._outbound or self.next_psn - self.cum_acked >= self.psn_window:
             return None
         ob = self._outbound[0]
-        total = len(ob.data)
+        total = ob.total
         off = ob.next_offset
-        n = min(self.payload_size, total - off)
+        n = total - off
+        if n > self.payload_size:
+            n = self.payload_size
         if self.new_bytes_sent + n > self.credit_edge:
             return None  # the receiver has no room for it yet
         self.new_bytes_sent += n
         end = off + n
+        data = ob.data
         p = SentPacket(self.next_psn, ob.msg_id, off, n, total, end >= total)
         self.next_psn += 1
-        p.data = ob.data
+        p.data = data
         if end >= total:
             self._outbound.popleft()
         else:
             ob.next_offset = end
-        return p, bytes(ob.data[off:end])
+        return p, data[off:end] if data.__class__ is bytes else bytes(data[off:end])
 
     def _payload_of(self, p: SentPacket) -> bytes:
-        data: memoryview = p.data
+        data: bytes | memoryview = p.data
         return bytes(data[p.offset : p.offset + p.length])
 
     def on_sent(self, p: SentPacket, *, ev: Any, ev_key: int, now: float, timestamp: int) -> None:
@@ -321,6 +330,7 @@ class Sender:
         exact = p.transmissions == 1 or echo_ts == p.timestamp
         p.ack_exact = exact
         self.bytes_acked += p.length
+        res.acked_bytes += p.length
         key = p.ev_key
         if exact:
             if p.seq > self._ev_acked_seq.get(key, -1):
@@ -334,6 +344,47 @@ class Sender:
             del self._msg_segments[p.msg_id]
             res.messages_acked.append((p.msg_id, self._msg_size.pop(p.msg_id)))
         res.newly_acked.append(p)
+
+    def _ack_psns(self, psns: Iterable[int], res: AckResult) -> None:
+        """``_ack`` each of ``psns`` that is in flight or declared lost, in
+        order. A first transmission still in flight (nearly every packet)
+        takes an inlined path: its ack is exact and cannot be spurious
+        (issue 14: SACK processing is per acknowledged packet, keep it lean)."""
+        inflight, lost = self.inflight, self._lost
+        ev_acked = self._ev_acked_seq
+        segments = self._msg_segments
+        newly = res.newly_acked
+        nbytes = 0
+        for psn in psns:
+            p = inflight.get(psn)
+            if p is None:
+                if (p := lost.get(psn)) is not None:
+                    self._ack(p, res, was_lost=True)
+                continue
+            if p.transmissions != 1:
+                self._ack(p, res)
+                continue
+            p.acked = True
+            del inflight[psn]
+            nbytes += p.length
+            if self.reorder_extra:
+                self.reorder_extra *= 0.998
+            key, seq = p.ev_key, p.seq
+            if seq > ev_acked.get(key, -1):
+                ev_acked[key] = seq
+            if seq > self.largest_acked_seq:
+                self.largest_acked_seq = seq
+            msg_id = p.msg_id
+            left = segments[msg_id] - 1
+            if left:
+                segments[msg_id] = left
+            else:
+                del segments[msg_id]
+                res.messages_acked.append((msg_id, self._msg_size.pop(msg_id)))
+            newly.append(p)
+        self.bytes_in_flight -= nbytes
+        self.bytes_acked += nbytes
+        res.acked_bytes += nbytes
 
     def _spurious(self) -> None:
         """A loss declaration was wrong: widen the reorder window (RACK-like)."""
@@ -357,12 +408,7 @@ class Sender:
         if cum_psn > self.cum_acked:
             # PSNs below cum_psn: walk the in-flight table only over that range.
             if cum_psn - self.cum_acked <= len(inflight):
-                for psn in range(self.cum_acked, cum_psn):
-                    p = inflight.get(psn)
-                    if p is not None:
-                        self._ack(p, res)
-                    elif (p := lost.get(psn)) is not None:
-                        self._ack(p, res, was_lost=True)
+                self._ack_psns(range(self.cum_acked, cum_psn), res)
             else:
                 for p in [q for q in inflight.values() if q.psn < cum_psn]:
                     self._ack(p, res)
@@ -377,15 +423,13 @@ class Sender:
         if settled > 0:
             bm >>= settled
             base += settled
-        while bm:
-            low = bm & -bm
-            psn = base + low.bit_length() - 1
-            p = inflight.get(psn)
-            if p is not None:
-                self._ack(p, res)
-            elif (p := lost.get(psn)) is not None:
-                self._ack(p, res, was_lost=True)
-            bm ^= low
+        if bm:
+            psns: list[int] = []
+            while bm:
+                low = bm & -bm
+                psns.append(base + low.bit_length() - 1)
+                bm ^= low
+            self._ack_psns(psns, res)
         # RTT from the echoed timestamp of the packet that triggered the SACK.
         sampled = next((q for q in res.newly_acked if q.psn == ack_psn), None)
         if sampled is not None and sampled.timestamp == sack.echo_ts:
