@@ -804,7 +804,6 @@ class Connection:
                 ), path))
                 run.append(p)
                 n = p.length
-                sizes.append(n)
                 tokens -= n
                 in_flight += n
                 # The loop's own checks, for the next packet of the run.
@@ -820,6 +819,7 @@ class Connection:
                     break
                 p, payload = item
             sent = len(run)
+            sizes += [q.length for q in run]
             budget -= sent
             if sent < k:
                 health.unsend_run(ev, k - sent)

@@ -346,35 +346,26 @@ class Sender:
         res.newly_acked.append(p)
 
     def _ack_psns(self, psns: Iterable[int], res: AckResult) -> None:
-        """``_ack`` each of ``psns`` that is in flight or declared lost, in order."""
+        """``_ack`` each of ``psns`` that is in flight or declared lost, in
+        order. A first transmission still in flight (nearly every packet)
+        takes an inlined path: its ack is exact and cannot be spurious
+        (issue 14: SACK processing is per acknowledged packet, keep it lean)."""
         inflight, lost = self.inflight, self._lost
-        run: list[SentPacket] = []
-        for psn in psns:
-            p = inflight.get(psn)
-            if p is not None:
-                run.append(p)
-            elif (p := lost.get(psn)) is not None:
-                self._ack_inflight(run, res)
-                run = []
-                self._ack(p, res, was_lost=True)
-        self._ack_inflight(run, res)
-
-    def _ack_inflight(self, packets: Iterable[SentPacket], res: AckResult) -> None:
-        """``_ack`` each of ``packets`` (all in flight), in order. A first
-        transmission (nearly every packet) takes an inlined path: its ack is
-        exact and cannot be spurious (issue 14: SACK processing is per
-        acknowledged packet, so keep that lean)."""
-        inflight = self.inflight
         ev_acked = self._ev_acked_seq
         segments = self._msg_segments
         newly = res.newly_acked
         nbytes = 0
-        for p in packets:
+        for psn in psns:
+            p = inflight.get(psn)
+            if p is None:
+                if (p := lost.get(psn)) is not None:
+                    self._ack(p, res, was_lost=True)
+                continue
             if p.transmissions != 1:
                 self._ack(p, res)
                 continue
             p.acked = True
-            del inflight[p.psn]
+            del inflight[psn]
             nbytes += p.length
             if self.reorder_extra:
                 self.reorder_extra *= 0.998
@@ -391,6 +382,7 @@ class Sender:
                 del segments[msg_id]
                 res.messages_acked.append((msg_id, self._msg_size.pop(msg_id)))
             newly.append(p)
+        # _ack moves these counters itself; sums commute.
         self.bytes_in_flight -= nbytes
         self.bytes_acked += nbytes
         res.acked_bytes += nbytes
@@ -419,7 +411,7 @@ class Sender:
             if cum_psn - self.cum_acked <= len(inflight):
                 self._ack_psns(range(self.cum_acked, cum_psn), res)
             else:
-                self._ack_inflight([q for q in inflight.values() if q.psn < cum_psn], res)
+                self._ack_psns([q.psn for q in inflight.values() if q.psn < cum_psn], res)
                 for p in [q for q in lost.values() if q.psn < cum_psn]:
                     self._ack(p, res, was_lost=True)
             self.cum_acked = cum_psn
