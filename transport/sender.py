@@ -230,12 +230,14 @@ class Sender:
                 continue
             self._lost.pop(p.psn, None)
             return p, self._payload_of(p)
-        return self.next_new()
+        item = self.next_new()
+        return None if item is None else (item[0], item[1])
 
-    def next_new(self) -> tuple[SentPacket, bytes] | None:
+    def next_new(self) -> tuple[SentPacket, bytes, bool] | None:
         """The next segment of new data (``next_packet`` when no
-        retransmission waits), or None: nothing queued, or the PSN window
-        or the receiver's credit is full."""
+        retransmission waits) and whether more new data is queued behind it,
+        or None: nothing queued, or the PSN window or the receiver's credit
+        is full."""
         if not self._outbound or self.next_psn - self.cum_acked >= self.psn_window:
             return None
         ob = self._outbound[0]
@@ -256,7 +258,8 @@ class Sender:
             self._outbound.popleft()
         else:
             ob.next_offset = end
-        return p, data[off:end] if data.__class__ is bytes else bytes(data[off:end])
+        return (p, data[off:end] if data.__class__ is bytes else bytes(data[off:end]),
+                bool(self._outbound))
 
     def _payload_of(self, p: SentPacket) -> bytes:
         data: bytes | memoryview = p.data
