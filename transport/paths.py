@@ -178,7 +178,9 @@ class PathPolicy:
     def next_run(self, now: float, limit: int) -> tuple[Ev | None, int]:
         """The EV of the next new packets and how many of them (1..``limit``)
         take it: ``next_ev(now)`` asked up to ``limit`` times, in one call.
-        Hand back what was not sent with ``unsend_run``."""
+        Hand back what was not sent with ``unsend_run``. (The connection's
+        send loop uses this for new data: a policy that overrides ``next_ev``
+        must override this too.)"""
         if self._run_left:
             ev = self._run_ev
             if ev is not None and ev.state is GOOD:
@@ -220,7 +222,8 @@ class PathPolicy:
     def on_acks(self, ev: Ev, now: float, n: int, rtt: float | None, sent: float) -> None:
         """``n`` unmarked acknowledgements for ``ev``, the newest of a packet
         sent at ``sent``; ``rtt`` is the one RTT sample among them, if any
-        (``on_ack`` each, in one call)."""
+        (``on_ack`` each, in one call; a policy that hooks ``on_ack`` hooks
+        this too, as ``RepsPolicy`` does)."""
         self.ev_set.on_acks(ev, now, n, rtt, sent)
 
     def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
