@@ -66,6 +66,23 @@ class CongestionController(Protocol):
 
     def on_sent(self, *, now: float, size: int) -> None: ...
 
+    def send_quota(self, *, now: float, size: int) -> tuple[float, float, float, float]:
+        """``can_send`` and ``next_send_time`` for a run of packets sent back
+        to back at ``now``, as numbers ``(window, tokens, need, rate)`` the
+        sender checks itself: a packet of at most ``size`` bytes may leave
+        while the bytes in flight are 0 or leave ``size`` room under
+        ``window``, and while ``tokens >= need`` (or the shortfall takes no
+        time at ``now``'s resolution: ``now + (need - tokens) / rate <= now``);
+        each packet takes its length from ``tokens``. Report what left with
+        ``on_sent_run``, and call ``can_send`` when the window stopped the run
+        (a controller may note that it was window-bound). Per packet this is
+        the decision of those three calls, without the calls (issue 14)."""
+        ...
+
+    def on_sent_run(self, *, now: float, sizes: list[int]) -> None:
+        """Packets of these sizes left at ``now``, in order (``on_sent`` each)."""
+        ...
+
     def stats(self) -> dict[str, float]: ...
 
 
@@ -108,4 +125,27 @@ class Pacer:
 
     def on_sent(self, *, now: float, size: int) -> None:
         self._tokens = self._tokens_at(now) - size
+        self._last = now
+
+    def quota(self, *, now: float, size: int) -> tuple[float, float]:
+        """``(tokens, need)``: packets of ``size`` may leave at ``now`` back to
+        back while ``tokens >= need`` or ``now + (need - tokens) / rate <=
+        now``, each taking its length from ``tokens`` (exactly what
+        ``next_send_time`` / ``on_sent`` per packet decide: at one instant no
+        tokens accrue between them). Unpaced: infinite tokens."""
+        if self.rate <= 0 or math.isinf(self.rate):
+            return math.inf, 0.0
+        return self._tokens_at(now), float(min(size, self.burst))
+
+    def on_sent_run(self, *, now: float, sizes: list[int]) -> None:
+        """``on_sent`` for each of ``sizes`` at ``now``, in order."""
+        if not sizes:
+            return
+        if self.rate <= 0 or math.isinf(self.rate):
+            self._tokens = float(self.burst) - sizes[-1]
+        else:
+            tokens = self._tokens_at(now)
+            for size in sizes:  # one subtraction each: the same float result
+                tokens -= size
+            self._tokens = tokens
         self._last = now

@@ -65,6 +65,13 @@ class FixedWindow:
     def on_sent(self, *, now: float, size: int) -> None:
         self._pacer.on_sent(now=now, size=size)
 
+    def send_quota(self, *, now: float, size: int) -> tuple[float, float, float, float]:
+        tokens, need = self._pacer.quota(now=now, size=size)
+        return float(self._window), tokens, need, self._pacer.rate
+
+    def on_sent_run(self, *, now: float, sizes: list[int]) -> None:
+        self._pacer.on_sent_run(now=now, sizes=sizes)
+
     def stats(self) -> dict[str, float]:
         return {
             "cwnd": float(self._window),

@@ -327,8 +327,11 @@ class EndpointIO:
                 ev, plane, dscp = path.ev, path.plane, path.dscp
                 while j < n_out and j - i < GSO_MAX_SEGMENTS:
                     p2, d2, path2 = out[j]
-                    if (path2.ev != ev or path2.plane != plane or path2.dscp != dscp
-                            or p2 != peer):
+                    # The core hands a run one TxPath object: identity first.
+                    if path2 is not path and (path2.ev != ev or path2.plane != plane
+                                              or path2.dscp != dscp):
+                        break
+                    if p2 is not peer and p2 != peer:
                         break
                     n2 = len(d2)
                     if n2 > size or total + n2 > GSO_MAX_BYTES:

@@ -119,6 +119,8 @@ class Connection:
         )
         self._events: deque[Event] = deque()
         self._control: list[tuple[bytes, TxPath]] = []
+        #: Data TxPaths by (plane << 24 | EV << 8 | DSCP): immutable, built once.
+        self._tx_paths: dict[int, TxPath] = {}
         self._hs_packet: bytes | None = None
         self._hs_deadline: float | None = None
         self._hs_tries = 0
@@ -504,7 +506,7 @@ class Connection:
         ecn = bool(flags & _ECN_ECHO)
         self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
                              sampled=res.sampled, rtt=res.rtt)
-        acked = sum(p.length for p in res.newly_acked)
+        acked = res.acked_bytes
         if acked or ecn:
             self.cc.on_ack(AckSample(
                 now=now, acked_bytes=acked, rtt=res.rtt, ecn=ecn, ev=sack.echo_ev,
@@ -787,45 +789,111 @@ class Connection:
         s, cc, cfg = self.sender, self.cc, self.config
         size = cfg.payload_size
         budget = cfg.max_burst
-        # Bound methods and constants hoisted out of the per-packet loop
-        # (issue 14: each lookup is tens of ns, ten of them per packet).
-        can_send, next_send_time, cc_sent = cc.can_send, cc.next_send_time, cc.on_sent
-        next_packet, on_sent, pick = s.next_packet, s.on_sent, self.health.pick
-        health_sent = self.health.on_sent
-        seal_data, append = sealer.seal_data, out.append
+        # Issue 14: the window and the pacer are checked per packet as numbers
+        # (one send_quota, one on_sent_run), new data is taken a spray run
+        # at a time (one EV pick, one in-flight and one EV update per run),
+        # and a run's TxPath is one object.
+        window, tokens, need, rate = cc.send_quota(now=now, size=size)
+        sizes: list[int] = []
+        health = self.health
+        next_new, seal_data, append = s.next_new, sealer.seal_data, out.append
         retx_queue = s.retx_queue
         unsampled = self._rtt_unsampled
+        tx_paths = self._tx_paths
         ts = _us(now)
         while budget > 0 and (retx_queue or s.has_new_data):
-            if not can_send(in_flight=s.bytes_in_flight, size=size):
+            in_flight = s.bytes_in_flight
+            if in_flight and in_flight + size > window:
+                cc.can_send(in_flight=in_flight, size=size)  # window-bound: the controller notes it
                 break
-            if next_send_time(now=now, size=size) > now:
+            if tokens < need and now + (need - tokens) / rate > now:
                 break
-            item = next_packet()
-            if item is None:
+            if retx_queue:
+                item = s.next_packet()
+                if item is None:
+                    break
+                p, payload = item
+                retx = p.transmissions > 0
+                ev = health.pick(now, p.ev if retx else None, s.rtt.srtt)
+                if ev is None:
+                    retx_queue.appendleft(p)
+                    break
+                flags = (_RETX if retx else 0) | (_LAST if p.last else 0)
+                if not retx_queue and not s.has_new_data:
+                    flags |= _ACK_REQ  # the tail: don't make the receiver wait
+                plane, value = ev.plane, ev.value
+                if unsampled and plane in unsampled:
+                    flags |= _ACK_REQ  # this plane's base RTT, before a queue forms
+                    unsampled.discard(plane)
+                key = (plane << 16) | value
+                dscp = _DSCP_RETX if retx else _DSCP_DATA
+                path = tx_paths.get((key << 8) | dscp)
+                if path is None:
+                    path = tx_paths[(key << 8) | dscp] = TxPath(plane, value, dscp)
+                append((seal_data(
+                    psn=p.psn & 0xFFFFFFFF, ev=value, plane=plane, msg_id=p.msg_id,
+                    msg_offset=p.offset, msg_len=p.msg_len, timestamp=ts, payload=payload,
+                    flags=flags,
+                ), path))
+                s.on_sent(p, ev=ev, ev_key=key, now=now, timestamp=ts)
+                health.on_sent(ev, now)
+                n = len(payload)
+                sizes.append(n)
+                tokens -= n
+                budget -= 1
+                continue
+            # New data: a run of up to k packets on the EV the policy picks once.
+            seg = next_new()
+            if seg is None:
                 break
-            p, payload = item
-            retx = p.transmissions > 0
-            ev = pick(now, p.ev if retx else None, s.rtt.srtt)
+            p, payload, more = seg
+            ev, k = health.pick_run(now, budget)
             if ev is None:
                 retx_queue.appendleft(p)
                 break
-            flags = (_RETX if retx else 0) | (_LAST if p.last else 0)
-            if not retx_queue and not s.has_new_data:
-                flags |= _ACK_REQ  # the tail: don't make the receiver wait
             plane, value = ev.plane, ev.value
-            if unsampled and plane in unsampled:
-                flags |= _ACK_REQ  # this plane's base RTT, before a queue forms
-                unsampled.discard(plane)
-            dgram = seal_data(
-                psn=p.psn & 0xFFFFFFFF, ev=value, plane=plane, msg_id=p.msg_id, msg_offset=p.offset,
-                msg_len=p.msg_len, timestamp=ts, payload=payload, flags=flags,
-            )
-            append((dgram, TxPath(plane, value, _DSCP_RETX if retx else _DSCP_DATA)))
-            on_sent(p, ev=ev, ev_key=(plane << 16) | value, now=now, timestamp=ts)
-            health_sent(ev, now)
-            cc_sent(now=now, size=len(payload))
-            budget -= 1
+            key = (plane << 16) | value
+            path = tx_paths.get((key << 8) | _DSCP_DATA)
+            if path is None:
+                path = tx_paths[(key << 8) | _DSCP_DATA] = TxPath(plane, value, _DSCP_DATA)
+            run: list[SentPacket] = []
+            sent = 0
+            while True:
+                flags = _LAST if p.last else 0
+                if not more:
+                    flags |= _ACK_REQ  # the tail: don't make the receiver wait
+                if unsampled and plane in unsampled:
+                    flags |= _ACK_REQ  # this plane's base RTT, before a queue forms
+                    unsampled.discard(plane)
+                # Positional: keyword matching is a measurable share per packet.
+                append((seal_data(p.psn & 0xFFFFFFFF, value, plane, p.msg_id, p.offset,
+                                  p.msg_len, ts, payload, flags), path))
+                run.append(p)
+                sent += 1
+                n = p.length
+                tokens -= n
+                in_flight += n
+                # The loop's own checks, for the next packet of the run.
+                if sent == k or not more:
+                    break
+                if in_flight and in_flight + size > window:
+                    cc.can_send(in_flight=in_flight, size=size)
+                    break
+                if tokens < need and now + (need - tokens) / rate > now:
+                    break
+                seg = next_new()
+                if seg is None:
+                    break
+                p, payload, more = seg
+            sizes += [q.length for q in run]
+            budget -= sent
+            if sent < k:
+                health.unsend_run(ev, k - sent)
+            s.on_sent_run(run, ev=ev, ev_key=key, now=now, timestamp=ts)
+            health.on_sent_run(ev, now, sent)
+            if sent < k and more:
+                break  # stopped by the window, the pacer, the PSN window or credit
+        cc.on_sent_run(now=now, sizes=sizes)
         if self._persist_at is None and s.credit_blocked and not s.has_outstanding:
             self._persist_at = now + s.rto()
         return out

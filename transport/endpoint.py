@@ -275,7 +275,7 @@ class Endpoint:
             batch = conn.datagrams_to_send(now)
             if batch:
                 peer = self._peer[cid]
-                out.extend((peer, d, p) for d, p in batch)
+                out += [(peer, d, p) for d, p in batch]
             self._collect(conn)
         return out
 

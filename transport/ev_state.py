@@ -18,6 +18,7 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 
@@ -376,6 +377,15 @@ class EvSet:
             q.append(head)
             q.extend(kept)
 
+    def on_sent_run(self, ev: Ev, now: float, n: int) -> None:
+        """``n`` packets left on ``ev`` at ``now`` (``on_sent`` each)."""
+        q = self._planes[ev.plane].unanswered
+        if len(q) + n <= _MAX_UNANSWERED:
+            q.extend(repeat(now, n))
+            return
+        for _ in range(n):
+            self.on_sent(ev, now)
+
     def _heard(self, ev: Ev, now: float, sent: float | None = None) -> None:
         """Something came back from ``ev``'s plane, answering a packet sent at
         ``sent`` (None: unknown, taken as ``now``)."""
@@ -412,6 +422,16 @@ class EvSet:
         if ecn:
             ev.ecn_marks += 1
             self._apply(ev, EvEvent.ECN_ACK)
+
+    def on_acks(self, ev: Ev, now: float, n: int, rtt: float | None, sent: float) -> None:
+        """``on_ack`` (no ECN mark) for ``n`` packets of ``ev``, the newest
+        sent at ``sent``, ``rtt`` the one sample among them: without a mark
+        nothing here depends on the order, and hearing the newest send is
+        what hearing each does."""
+        ev.acked += n
+        ev.last_acked = now
+        self._rtt_sample(ev, rtt)
+        self._heard(ev, now, sent)
 
     def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
         # The trimmed header crossed the plane and the NACK came back: the

@@ -53,6 +53,10 @@ class PathHealth:
         """A data packet left on ``ev`` (times the plane's unanswered sends)."""
         self.paths.on_sent(ev, now)
 
+    def on_sent_run(self, ev: Ev, now: float, n: int) -> None:
+        """``n`` data packets left on ``ev`` at ``now``."""
+        self.paths.on_sent_run(ev, now, n)
+
     def set_rtt(self, srtt: float, ack_delay: float) -> None:
         """The measured smoothed RTT: plane silence is counted in it."""
         self.paths.ev_set.set_rtt(srtt, ack_delay)
@@ -61,6 +65,9 @@ class PathHealth:
                  sampled: SentPacket | None, rtt: float | None) -> None:
         """Credit each EV whose packet was acknowledged (exactly: see Karn)."""
         scores = self._score
+        if ecn_ev is None:
+            self._on_acked_runs(acked, now, sampled, rtt)
+            return
         for p in acked:
             ev = p.ev
             if ev is None or not p.ack_exact:
@@ -71,6 +78,42 @@ class PathHealth:
             s = scores.get(ev.value)
             if s:
                 scores[ev.value] = s - 1
+
+    def _on_acked_runs(self, acked: Iterable[SentPacket], now: float,
+                       sampled: SentPacket | None, rtt: float | None) -> None:
+        """``on_acked`` without an ECN echo, one call per run of consecutive
+        packets of one EV (a spray run is acknowledged together): without a
+        mark, one EV's per-packet credits commute (counts add, the plane hears
+        the newest send time, the loss score decays by the count), so
+        crediting a run at once leaves the state per-packet crediting would
+        (issue 14: SACK processing per run, not per packet)."""
+        run_ev: Ev | None = None
+        n = 0
+        newest = 0.0
+        run_rtt: float | None = None
+        for p in acked:
+            ev = p.ev
+            if ev is None or not p.ack_exact:
+                continue
+            if ev is not run_ev:
+                if run_ev is not None:
+                    self._credit_run(run_ev, n, now, run_rtt, newest)
+                run_ev, n, newest, run_rtt = ev, 0, p.sent_time, None
+            n += 1
+            if p.sent_time > newest:
+                newest = p.sent_time
+            if p is sampled:
+                run_rtt = rtt
+        if run_ev is not None:
+            self._credit_run(run_ev, n, now, run_rtt, newest)
+
+    def _credit_run(self, ev: Ev, n: int, now: float, rtt: float | None,
+                    newest: float) -> None:
+        self.paths.on_acks(ev, now, n, rtt, newest)
+        self.plane_heard[ev.plane] = now
+        s = self._score.get(ev.value)
+        if s:
+            self._score[ev.value] = max(0, s - n)
 
     def recently_lossy(self, ev: Ev | None) -> bool:
         """Has this EV lost a packet that its ACKs have not yet outweighed
@@ -108,6 +151,18 @@ class PathHealth:
     def _fresh(self, plane: int, now: float, srtt: float) -> bool:
         """Did ``plane`` answer something within the last two smoothed RTTs?"""
         return self.plane_heard[plane] >= now - 2 * srtt
+
+    def pick_run(self, now: float, limit: int) -> tuple[Ev | None, int]:
+        """``pick`` for new data, for up to ``limit`` packets at once: the EV
+        and how many packets take it (the rest of the policy's spray run,
+        or one on the last resort). Unsent ones go back with ``unsend_run``."""
+        ev, k = self.paths.next_run(now, limit)
+        if ev is None:
+            return self._last_resort(now), 1
+        return ev, k
+
+    def unsend_run(self, ev: Ev, n: int) -> None:
+        self.paths.unsend_run(ev, n)
 
     def pick(self, now: float, avoid: Ev | None, srtt: float) -> Ev | None:
         """The EV for the next packet. A retransmission (``avoid`` is the EV

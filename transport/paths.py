@@ -15,6 +15,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any, ClassVar
 
 from transport.ev_state import Ev, EvSet, EvState, PlaneState
@@ -182,6 +183,38 @@ class PathPolicy:
                 self._run_at = now
         return ev
 
+    def next_run(self, now: float, limit: int) -> tuple[Ev | None, int]:
+        """The EV of the next new packets and how many of them (1..``limit``)
+        take it: ``next_ev(now)`` asked up to ``limit`` times, in one call.
+        Hand back what was not sent with ``unsend_run``. (The connection's
+        send loop uses this for new data: a policy that overrides ``next_ev``
+        must override this too.)"""
+        if self._run_left:
+            ev = self._run_ev
+            if ev is not None and ev.state is GOOD:
+                k = min(limit, self._run_left)
+                self._run_left -= k
+                ev.sent += k
+                ev.last_sent = now
+                return ev, k
+            self._run_left = 0
+        ev = self._pick(now, None)
+        if ev is None:
+            return None, 0
+        k = 1
+        if self.spray_run > 1:
+            k = min(limit, self.spray_run)
+            self._run_ev = ev
+            self._run_left = self.spray_run - k
+        ev.sent += k
+        ev.last_sent = now
+        return ev, k
+
+    def unsend_run(self, ev: Ev, n: int) -> None:
+        """``n`` packets ``next_run`` gave ``ev`` did not leave: the run keeps them."""
+        ev.sent -= n
+        self._run_left += n
+
     @property
     def evs(self) -> list[Ev]:
         return self.ev_set.evs
@@ -193,6 +226,13 @@ class PathPolicy:
                sent: float | None = None) -> None:
         """``sent``: when the acknowledged packet left (None: unknown, ``now``)."""
         self.ev_set.on_ack(ev, now, ecn, rtt, sent)
+
+    def on_acks(self, ev: Ev, now: float, n: int, rtt: float | None, sent: float) -> None:
+        """``n`` unmarked acknowledgements for ``ev``, the newest of a packet
+        sent at ``sent``; ``rtt`` is the one RTT sample among them, if any
+        (``on_ack`` each, in one call; a policy that hooks ``on_ack`` hooks
+        this too, as ``RepsPolicy`` does)."""
+        self.ev_set.on_acks(ev, now, n, rtt, sent)
 
     def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
         self.ev_set.on_trim(ev, now, last_hop, sent)
@@ -207,6 +247,10 @@ class PathPolicy:
     def on_sent(self, ev: Ev, now: float) -> None:
         """A packet really left on ``ev`` (``next_ev`` may be asked more than once)."""
         self.ev_set.on_sent(ev, now)
+
+    def on_sent_run(self, ev: Ev, now: float, n: int) -> None:
+        """``n`` packets left on ``ev`` at ``now``."""
+        self.ev_set.on_sent_run(ev, now, n)
 
     def due_probes(self, now: float) -> list[Ev]:
         return self.ev_set.due_probes(now)
@@ -364,6 +408,11 @@ class RepsPolicy(PathPolicy):
         super().on_ack(ev, now, ecn, rtt, sent)
         if not ecn and ev.state is GOOD:
             self.cache.append(ev)
+
+    def on_acks(self, ev: Ev, now: float, n: int, rtt: float | None, sent: float) -> None:
+        super().on_acks(ev, now, n, rtt, sent)
+        if ev.state is GOOD:
+            self.cache.extend(repeat(ev, n))
 
     def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
         super().on_trim(ev, now, last_hop, sent)

@@ -23,6 +23,7 @@ which the SACK echoes, so RTT samples are never ambiguous.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,12 +60,18 @@ class SentPacket:
     #: Resent by a tail-loss probe: an earlier copy arriving is no sign of
     #: reordering (the probe was a guess), so it must not widen the window.
     tlp: bool = False
+    #: (plane << 16) | EV value of the latest transmission (-1: not sent).
+    ev_key: int = -1
+    #: The whole message this segment is a slice of (retransmissions re-read it).
+    data: Any = None
 
 
 @dataclass(slots=True)
 class _Outbound:
     msg_id: int
-    data: memoryview
+    #: The message (bytes as given, so a segment is one slice; else a view).
+    data: bytes | memoryview
+    total: int
     next_offset: int = 0
 
 
@@ -77,6 +84,8 @@ class AckResult:
     messages_acked: list[tuple[int, int]] = field(default_factory=list)
     rtt: float | None = None
     sampled: SentPacket | None = None
+    #: Payload bytes of ``newly_acked``.
+    acked_bytes: int = 0
 
 
 class RttEstimator:
@@ -134,9 +143,6 @@ class Sender:
         self.credit_edge = INITIAL_CREDIT
         self.new_bytes_sent = 0
         self.ev_rtt: dict[int, float] = {}
-        # Payload views kept per PSN until acked, so retransmissions can re-read them.
-        self._payloads: dict[int, memoryview] = {}
-        self._ev_key_of: dict[int, int] = {}
         # Declared lost, not yet resent: an ack may still come (reordering).
         self._lost: dict[int, SentPacket] = {}
         # RACK-style reorder window growth after spurious loss declarations.
@@ -161,7 +167,8 @@ class Sender:
     def enqueue(self, data: bytes) -> int:
         msg_id = self.next_msg_id
         self.next_msg_id = (msg_id + 1) & 0xFFFFFFFF or 1
-        self._outbound.append(_Outbound(msg_id, memoryview(data)))
+        self._outbound.append(_Outbound(msg_id, data if data.__class__ is bytes
+                                        else memoryview(data), len(data)))
         self._msg_segments[msg_id] = max(1, -(-len(data) // self.payload_size))
         self._msg_size[msg_id] = len(data)
         return msg_id
@@ -199,7 +206,7 @@ class Sender:
         if not self._outbound:
             return False
         ob = self._outbound[0]
-        n = min(self.payload_size, len(ob.data) - ob.next_offset)
+        n = min(self.payload_size, ob.total - ob.next_offset)
         return self.new_bytes_sent + n > self.credit_edge
 
     def on_credit(self, edge: int) -> bool:
@@ -225,27 +232,40 @@ class Sender:
                 continue
             self._lost.pop(p.psn, None)
             return p, self._payload_of(p)
-        if not self._outbound or not self.psn_window_open:
+        item = self.next_new()
+        return None if item is None else (item[0], item[1])
+
+    def next_new(self) -> tuple[SentPacket, bytes, bool] | None:
+        """The next segment of new data (``next_packet`` when no
+        retransmission waits) and whether more new data is queued behind it,
+        or None: nothing queued, or the PSN window or the receiver's credit
+        is full."""
+        if not self._outbound or self.next_psn - self.cum_acked >= self.psn_window:
             return None
         ob = self._outbound[0]
-        total = len(ob.data)
+        total = ob.total
         off = ob.next_offset
-        n = min(self.payload_size, total - off)
+        n = total - off
+        if n > self.payload_size:
+            n = self.payload_size
         if self.new_bytes_sent + n > self.credit_edge:
             return None  # the receiver has no room for it yet
         self.new_bytes_sent += n
         end = off + n
+        data = ob.data
         p = SentPacket(self.next_psn, ob.msg_id, off, n, total, end >= total)
         self.next_psn += 1
-        self._payloads[p.psn] = ob.data
+        p.data = data
         if end >= total:
             self._outbound.popleft()
         else:
             ob.next_offset = end
-        return p, bytes(ob.data[off:end])
+        return (p, data[off:end] if data.__class__ is bytes else bytes(data[off:end]),
+                bool(self._outbound))
 
     def _payload_of(self, p: SentPacket) -> bytes:
-        return bytes(self._payloads[p.psn][p.offset : p.offset + p.length])
+        data: bytes | memoryview = p.data
+        return bytes(data[p.offset : p.offset + p.length])
 
     def on_sent(self, p: SentPacket, *, ev: Any, ev_key: int, now: float, timestamp: int) -> None:
         if p.transmissions:
@@ -261,9 +281,34 @@ class Sender:
         p.seq = self._seq
         self._seq += 1
         p.transmissions += 1
-        self._ev_key_of[p.psn] = ev_key
+        p.ev_key = ev_key
         self.inflight[p.psn] = p
         self.packets_sent += 1
+
+    def on_sent_run(self, run: list[SentPacket], *, ev: Any, ev_key: int, now: float,
+                    timestamp: int) -> None:
+        """``on_sent`` for first transmissions (``next_new``) that left
+        together on one EV, in order."""
+        if not run:
+            return
+        if not self.inflight and not self.retx_queue:
+            self.last_progress = now  # new data into an empty pipeline
+        inflight = self.inflight
+        seq = self._seq
+        nbytes = 0
+        for p in run:
+            nbytes += p.length
+            p.ev = ev
+            p.sent_time = now
+            p.timestamp = timestamp
+            p.seq = seq
+            seq += 1
+            p.transmissions = 1
+            p.ev_key = ev_key
+            inflight[p.psn] = p
+        self._seq = seq
+        self.bytes_in_flight += nbytes
+        self.packets_sent += len(run)
 
     # -- acknowledgements --------------------------------------------------------
 
@@ -290,8 +335,8 @@ class Sender:
         exact = p.transmissions == 1 or echo_ts == p.timestamp
         p.ack_exact = exact
         self.bytes_acked += p.length
-        self._payloads.pop(p.psn, None)
-        key = self._ev_key_of.pop(p.psn, -1)
+        res.acked_bytes += p.length
+        key = p.ev_key
         if exact:
             if p.seq > self._ev_acked_seq.get(key, -1):
                 self._ev_acked_seq[key] = p.seq
@@ -304,6 +349,48 @@ class Sender:
             del self._msg_segments[p.msg_id]
             res.messages_acked.append((p.msg_id, self._msg_size.pop(p.msg_id)))
         res.newly_acked.append(p)
+
+    def _ack_psns(self, psns: Iterable[int], res: AckResult) -> None:
+        """``_ack`` each of ``psns`` that is in flight or declared lost, in
+        order. A first transmission still in flight (nearly every packet)
+        takes an inlined path: its ack is exact and cannot be spurious
+        (issue 14: SACK processing is per acknowledged packet, keep it lean)."""
+        inflight, lost = self.inflight, self._lost
+        ev_acked = self._ev_acked_seq
+        segments = self._msg_segments
+        newly = res.newly_acked
+        nbytes = 0
+        for psn in psns:
+            p = inflight.get(psn)
+            if p is None:
+                if (p := lost.get(psn)) is not None:
+                    self._ack(p, res, was_lost=True)
+                continue
+            if p.transmissions != 1:
+                self._ack(p, res)
+                continue
+            p.acked = True
+            del inflight[psn]
+            nbytes += p.length
+            if self.reorder_extra:
+                self.reorder_extra *= 0.998
+            key, seq = p.ev_key, p.seq
+            if seq > ev_acked.get(key, -1):
+                ev_acked[key] = seq
+            if seq > self.largest_acked_seq:
+                self.largest_acked_seq = seq
+            msg_id = p.msg_id
+            left = segments[msg_id] - 1
+            if left:
+                segments[msg_id] = left
+            else:
+                del segments[msg_id]
+                res.messages_acked.append((msg_id, self._msg_size.pop(msg_id)))
+            newly.append(p)
+        # _ack moves these counters itself; sums commute.
+        self.bytes_in_flight -= nbytes
+        self.bytes_acked += nbytes
+        res.acked_bytes += nbytes
 
     def _spurious(self) -> None:
         """A loss declaration was wrong: widen the reorder window (RACK-like)."""
@@ -327,15 +414,9 @@ class Sender:
         if cum_psn > self.cum_acked:
             # PSNs below cum_psn: walk the in-flight table only over that range.
             if cum_psn - self.cum_acked <= len(inflight):
-                for psn in range(self.cum_acked, cum_psn):
-                    p = inflight.get(psn)
-                    if p is not None:
-                        self._ack(p, res)
-                    elif (p := lost.get(psn)) is not None:
-                        self._ack(p, res, was_lost=True)
+                self._ack_psns(range(self.cum_acked, cum_psn), res)
             else:
-                for p in [q for q in inflight.values() if q.psn < cum_psn]:
-                    self._ack(p, res)
+                self._ack_psns([q.psn for q in inflight.values() if q.psn < cum_psn], res)
                 for p in [q for q in lost.values() if q.psn < cum_psn]:
                     self._ack(p, res, was_lost=True)
             self.cum_acked = cum_psn
@@ -347,15 +428,13 @@ class Sender:
         if settled > 0:
             bm >>= settled
             base += settled
-        while bm:
-            low = bm & -bm
-            psn = base + low.bit_length() - 1
-            p = inflight.get(psn)
-            if p is not None:
-                self._ack(p, res)
-            elif (p := lost.get(psn)) is not None:
-                self._ack(p, res, was_lost=True)
-            bm ^= low
+        if bm:
+            psns: list[int] = []
+            while bm:
+                low = bm & -bm
+                psns.append(base + low.bit_length() - 1)
+                bm ^= low
+            self._ack_psns(psns, res)
         # RTT from the echoed timestamp of the packet that triggered the SACK.
         sampled = next((q for q in res.newly_acked if q.psn == ack_psn), None)
         if sampled is not None and sampled.timestamp == sack.echo_ts:
@@ -386,11 +465,10 @@ class Sender:
         lost: list[SentPacket] = []
         largest = self.largest_acked_seq
         ev_acked = self._ev_acked_seq
-        keys = self._ev_key_of
         for p in self.inflight.values():
             if p.seq > largest:
                 break
-            key = keys[p.psn]
+            key = p.ev_key
             if p.seq < ev_acked.get(key, -1):
                 self.lost_by_ev_order += 1
                 lost.append(p)
@@ -407,7 +485,7 @@ class Sender:
         for p in self.inflight.values():
             if p.seq > largest:
                 return None
-            return p.sent_time + self._threshold(self._ev_key_of[p.psn])
+            return p.sent_time + self._threshold(p.ev_key)
         return None
 
     def _mark_lost(self, p: SentPacket) -> None:
