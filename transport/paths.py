@@ -188,8 +188,9 @@ class PathPolicy:
         take it: ``next_ev(now)`` asked up to ``limit`` times, in one call.
         Hand back what was not sent with ``unsend_run``. (The connection's
         send loop uses this for new data: a policy that overrides ``next_ev``
-        must override this too.)"""
-        if self._run_left:
+        must override this too.) A run never outlives one burst (one ``now``),
+        as in ``next_ev``."""
+        if self._run_left and now == self._run_at:
             ev = self._run_ev
             if ev is not None and ev.state is GOOD:
                 k = min(limit, self._run_left)
@@ -206,6 +207,7 @@ class PathPolicy:
             k = min(limit, self.spray_run)
             self._run_ev = ev
             self._run_left = self.spray_run - k
+            self._run_at = now
         ev.sent += k
         ev.last_sent = now
         return ev, k
