@@ -448,6 +448,8 @@ class Connection:
             self._persist_backoff = 0
         if res.rtt is not None:
             self.health.set_rtt(self.sender.rtt.srtt, self.config.ack_delay)
+        if res.plane_rtt is not None:
+            self.health.plane_rtt(*res.plane_rtt)
         ecn = bool(flags & _ECN_ECHO)
         self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
                              sampled=res.sampled, rtt=res.rtt)

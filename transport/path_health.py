@@ -57,6 +57,10 @@ class PathHealth:
         """The measured smoothed RTT: plane silence is counted in it."""
         self.paths.ev_set.set_rtt(srtt, ack_delay)
 
+    def plane_rtt(self, plane: int, rtt: float) -> None:
+        """A round-trip sample of one plane: its liveness is timed by it."""
+        self.paths.ev_set.plane_rtt_sample(plane, rtt)
+
     def on_acked(self, acked: Iterable[SentPacket], now: float, *, ecn_ev: int | None,
                  sampled: SentPacket | None, rtt: float | None) -> None:
         """Credit each EV whose packet was acknowledged (exactly: see Karn)."""

@@ -77,6 +77,9 @@ class AckResult:
     messages_acked: list[tuple[int, int]] = field(default_factory=list)
     rtt: float | None = None
     sampled: SentPacket | None = None
+    #: (plane, RTT) of the SACK's echo, also when the packet it echoes was
+    #: already acknowledged by a SACK that came back on a faster plane.
+    plane_rtt: tuple[int, float] | None = None
 
 
 class RttEstimator:
@@ -134,6 +137,11 @@ class Sender:
         self.credit_edge = INITIAL_CREDIT
         self.new_bytes_sent = 0
         self.ev_rtt: dict[int, float] = {}
+        #: Smoothed RTT per plane: the floor of every EV's loss threshold on
+        #: it. Most EVs have no sample of their own (one per SACK), and the
+        #: connection's srtt mixes planes: on a plane 4x slower than the other
+        #: every packet would look lost (issue 13, latency case).
+        self.plane_rtt: dict[int, float] = {}
         # Payload views kept per PSN until acked, so retransmissions can re-read them.
         self._payloads: dict[int, memoryview] = {}
         self._ev_key_of: dict[int, int] = {}
@@ -303,6 +311,11 @@ class Sender:
             res.messages_acked.append((p.msg_id, self._msg_size.pop(p.msg_id)))
         res.newly_acked.append(p)
 
+    def _plane_sample(self, res: AckResult, plane: int, rtt: float) -> None:
+        old = self.plane_rtt.get(plane)
+        self.plane_rtt[plane] = rtt if old is None else 0.875 * old + 0.125 * rtt
+        res.plane_rtt = (plane, rtt)
+
     def _spurious(self) -> None:
         """A loss declaration was wrong: widen the reorder window (RACK-like)."""
         self.spurious_losses += 1
@@ -363,8 +376,19 @@ class Sender:
                 key = (sampled.ev.plane << 16) | sampled.ev.value if sampled.ev else -1
                 old = self.ev_rtt.get(key)
                 self.ev_rtt[key] = rtt if old is None else 0.75 * old + 0.25 * rtt
+                if sampled.ev:
+                    self._plane_sample(res, sampled.ev.plane, rtt)
                 res.rtt = rtt
                 res.sampled = sampled
+        elif sack.echo_ts and sampled is None:
+            # The echoed packet was acknowledged already, by a SACK that came
+            # back on another, faster plane: a SACK of a slow plane always
+            # arrives late, so without this its plane would never be sampled.
+            # The echo still times that packet's round trip (not the
+            # connection's srtt: Karn-safe only for the plane).
+            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+            if 0 < rtt < 60 and (sack.plane in self.plane_rtt or len(self.plane_rtt) < 64):
+                self._plane_sample(res, sack.plane, rtt)
         if res.newly_acked:
             self.last_progress = now
             self.rto_backoff = 0
@@ -376,7 +400,8 @@ class Sender:
     # -- loss inference ----------------------------------------------------------
 
     def _threshold(self, key: int) -> float:
-        base = max(self.ev_rtt.get(key, 0.0), self.rtt.srtt)
+        base = max(self.ev_rtt.get(key, 0.0), self.plane_rtt.get(key >> 16, 0.0),
+                   self.rtt.srtt)
         return (base * (1 + self.reorder_fraction) + self.ack_delay + 2 * self.rtt.rttvar
                 + self.reorder_extra)
 
