@@ -142,6 +142,9 @@ class Sender:
         #: connection's srtt mixes planes: on a plane 4x slower than the other
         #: every packet would look lost (issue 13, latency case).
         self.plane_rtt: dict[int, float] = {}
+        #: Echoes already timed: a SACK repeated without new data (hole
+        #: refresh, duplicate) echoes an old packet, whose age is no RTT.
+        self._echoes: deque[int] = deque(maxlen=16)
         # Payload views kept per PSN until acked, so retransmissions can re-read them.
         self._payloads: dict[int, memoryview] = {}
         self._ev_key_of: dict[int, int] = {}
@@ -378,15 +381,17 @@ class Sender:
                 self.ev_rtt[key] = rtt if old is None else 0.75 * old + 0.25 * rtt
                 if sampled.ev:
                     self._plane_sample(res, sampled.ev.plane, rtt)
+                    self._echoes.append(sack.echo_ts)
                 res.rtt = rtt
                 res.sampled = sampled
-        elif sack.echo_ts and sampled is None:
+        elif sack.echo_ts and sampled is None and sack.echo_ts not in self._echoes:
             # The echoed packet was acknowledged already, by a SACK that came
             # back on another, faster plane: a SACK of a slow plane always
             # arrives late, so without this its plane would never be sampled.
             # The echo still times that packet's round trip (not the
             # connection's srtt: Karn-safe only for the plane).
             rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+            self._echoes.append(sack.echo_ts)
             if 0 < rtt < 60 and (sack.plane in self.plane_rtt or len(self.plane_rtt) < 64):
                 self._plane_sample(res, sack.plane, rtt)
         if res.newly_acked:
