@@ -40,14 +40,21 @@ PULL = 0.05
 FLOOR = 1 / 16
 #: Weights within this of even are even (exactly the plain spray).
 EVEN = 0.97
+#: Time over which the planes' delays are compared (seconds): longer than
+#: the swings of queues every plane shares (an incast's, a busy host's), so
+#: only a plane that is persistently slower loses share.
+HORIZON = 0.05
+#: Shares move only while the least queued plane shows under this fraction
+#: of the most queued one's delay (both plus the noise margin).
+ROOM = 0.5
 
 
 class PlaneShares:
     """Per-plane weights from per-plane queueing delay; smooth weighted
     round robin over the planes a caller says are eligible."""
 
-    __slots__ = ("base", "credit", "even", "margin", "next_update", "qdelay", "samples",
-                 "updates", "weight")
+    __slots__ = ("base", "credit", "even", "last_update", "lt", "margin", "next_update",
+                 "qdelay", "samples", "updates", "weight")
 
     def __init__(self, planes: int, *, margin: float = 20e-6) -> None:
         #: Delay that counts as noise (added to both sides of the ratio): at
@@ -60,6 +67,9 @@ class PlaneShares:
         self.credit = [0.0] * planes
         self.even = True
         self.next_update = -math.inf
+        self.last_update: float | None = None
+        #: Each plane's queueing delay averaged over ``HORIZON``.
+        self.lt = [0.0] * planes
         self.updates = 0
 
     def on_rtt(self, plane: int, rtt: float, now: float) -> None:
@@ -71,7 +81,7 @@ class PlaneShares:
         self.qdelay[plane] += DELAY_EWMA * (rtt - self.base[plane] - self.qdelay[plane])
         self.samples[plane] += 1
         if now >= self.next_update:
-            self._update()
+            self._update(now)
             # Once per slowest plane's round trip, queue included: a new
             # share shows in every plane's delay only after that.
             self.next_update = now + max(b + q for b, q in zip(self.base, self.qdelay,
@@ -82,24 +92,29 @@ class PlaneShares:
         self.base[plane] = math.inf
         self.qdelay[plane] = 0.0
         self.samples[plane] = 0
+        self.lt[plane] = 0.0
         self.weight[plane] = 1.0
         self.credit[plane] = 0.0
         self.even = all(w == 1.0 for w in self.weight)
 
-    def _update(self) -> None:
+    def _update(self, now: float) -> None:
         live = [p for p, n in enumerate(self.samples) if n >= 8]
-        if len(live) < 2:
+        last, self.last_update = self.last_update, now
+        if len(live) < 2 or last is None:
             return
         self.updates += 1
-        qd, w = self.qdelay, self.weight
+        a = min(1.0, (now - last) / HORIZON)
+        lt, w = self.lt, self.weight
+        for p in live:
+            lt[p] += a * (self.qdelay[p] - lt[p])
+        qd = lt
         mean = sum(qd[p] for p in live) / len(live)
         m = max(self.margin, min(self.base[p] for p in live))
-        # Shares move only while some plane has room (its queue under half a
-        # base RTT) and another does not: when every plane queues, they are
-        # all busy (say an incast into this receiver), and moving load would
-        # only make every sender chase the same plane; that is the window
-        # controller's business.
-        room = min(qd[p] for p in live) < m / 2
+        # Shares move only while some plane has room (far less queue than
+        # another): when every plane queues alike, they are all busy (say an
+        # incast into this receiver), and moving load would only make every
+        # sender chase the same plane; that is the window controller's business.
+        room = min(qd[p] for p in live) + m < ROOM * (max(qd[p] for p in live) + m)
         for p in live:
             q = max(qd[p], 0.0)
             # Within one base RTT of the mean is noise (or no queue at all, an

@@ -30,7 +30,8 @@ Case = Literal["half_rate", "latency"]
 HOP_DELAY = 0.5e-3
 
 
-def asym_fabric(case: Case, *, rtt_factor: float = 4.0, seed: int = 31) -> Fabric:
+def asym_fabric(case: Case, *, rtt_factor: float = 4.0, jitter: float = 0.0,
+                seed: int = 31) -> Fabric:
     up = LinkSpec(rate=PLANE_RATE, delay=HOP_DELAY, buffer=256 << 10)
     sp = LinkSpec(rate=PLANE_RATE, delay=HOP_DELAY, buffer=256 << 10,
                   ecn_threshold=16 << 10, trim_threshold=32 << 10)
@@ -38,6 +39,10 @@ def asym_fabric(case: Case, *, rtt_factor: float = 4.0, seed: int = 31) -> Fabri
                   trim_threshold=32 << 10)
     fab = make_fabric(planes=2, spines=2, rate=PLANE_RATE, uplink=up, spine=sp, downlink=dn,
                       seed=seed)
+    if jitter:
+        # A busy host: every packet the sender sends waits [0, jitter) s.
+        for p in range(fab.planes):
+            fab.link("uplink", "a", p).jitter = jitter
     if case == "half_rate":
         for ln in fab.links(1):
             ln.rate = PLANE_RATE / 2
@@ -53,10 +58,10 @@ def asym_fabric(case: Case, *, rtt_factor: float = 4.0, seed: int = 31) -> Fabri
 
 def scenario_asymmetric(*, case: Case = "half_rate", client: Client = "pipelined",
                         duration: float = 1.0, rtt_factor: float = 4.0,
-                        seed: int = 31) -> dict[str, Any]:
+                        jitter: float = 0.0, seed: int = 31) -> dict[str, Any]:
     """One sender, one receiver, two unequal planes; the connection is
     configured as the daemon configures it (told the nominal plane rate)."""
-    fab = asym_fabric(case, rtt_factor=rtt_factor, seed=seed)
+    fab = asym_fabric(case, rtt_factor=rtt_factor, jitter=jitter, seed=seed)
     cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed)
     r = run_client(fab, cfg, client=client, duration=duration, warmup=0.2)
     r["case"] = case
