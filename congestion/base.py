@@ -50,6 +50,12 @@ class CongestionController(Protocol):
 
     def on_ack(self, sample: AckSample) -> None: ...
 
+    def on_plane_rtt(self, *, plane: int, rtt: float) -> None:
+        """A round trip through ``plane`` (a SACK's echo; also when the packet
+        was acknowledged already, by a faster plane's SACK): a multipath
+        controller learns each plane's own base RTT from it."""
+        ...
+
     def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool) -> None:
         """A trim NACK: the switch told us exactly how much it could not carry."""
         ...

@@ -45,6 +45,9 @@ class FixedWindow:
     def on_ack(self, sample: AckSample) -> None:
         self._acked += sample.acked_bytes
 
+    def on_plane_rtt(self, *, plane: int, rtt: float) -> None:
+        pass
+
     def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool) -> None:
         self._trimmed += trimmed_bytes
 

@@ -119,6 +119,9 @@ class Nscc:
         self._qa_cfg = qa_delay
         self._fi_cfg = fi_delay
         self._min_rtt = math.inf
+        # Each plane's minimum RTT from every round trip through it
+        # (``on_plane_rtt``): the BDP is the sum of the planes' own.
+        self._plane_min: dict[int, float] = {}
         self._set_base(base_rtt)
         self.md_gain = md_gain
         self.md_floor = md_floor
@@ -179,7 +182,14 @@ class Nscc:
     def _set_base(self, base: float) -> None:
         """(Re)derive everything that scales with the base RTT."""
         self.base_rtt = base
-        self.bdp = max(self.line_rate * base, float(self.mtu))
+        # Planes of unequal RTT (issue 13): the pipe holds line rate x the
+        # planes' mean base RTT, not x the fastest plane's. Means within 50%
+        # of the minimum are equal planes (their minima differ by a packet's
+        # serialisation): the window stays as tight as the spec's.
+        pm = self._plane_min
+        mean = sum(pm.values()) / len(pm) if pm else base
+        pipe_rtt = mean if mean > 1.5 * base else base
+        self.bdp = max(self.line_rate * pipe_rtt, float(self.mtu))
         self.target_delay = base / 2 if self._target_cfg is None else self._target_cfg
         self.qa_delay = 4 * self.target_delay if self._qa_cfg is None else self._qa_cfg
         self.fi_delay = self.target_delay / 10 if self._fi_cfg is None else self._fi_cfg
@@ -355,6 +365,13 @@ class Nscc:
             self._counts["fair_inc"] += 1
         self._cwnd = self._clamp(self._cwnd + inc)
         self._update_pacer()
+
+    def on_plane_rtt(self, *, plane: int, rtt: float) -> None:
+        old = self._plane_min.get(plane)
+        if rtt > 0 and (old is None or rtt < old) and \
+                (old is not None or len(self._plane_min) < 64):
+            self._plane_min[plane] = rtt
+            self._set_base(self.base_rtt)
 
     def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool) -> None:
         # A trim says exactly how many bytes the network could not take now;

@@ -503,6 +503,10 @@ class Connection:
             self._persist_backoff = 0
         if res.rtt is not None:
             self.health.set_rtt(self.sender.rtt.srtt, self.config.ack_delay)
+        if res.plane_rtt is not None:
+            plane, prtt = res.plane_rtt
+            self.health.plane_rtt(plane, prtt, now)
+            self.cc.on_plane_rtt(plane=plane, rtt=prtt)
         ecn = bool(flags & _ECN_ECHO)
         self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
                              sampled=res.sampled, rtt=res.rtt)

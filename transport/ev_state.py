@@ -183,6 +183,10 @@ class _Plane:
     probe_cursor: int = 0
     parks: int = 0
     parked_at: float = -math.inf
+    #: Smoothed RTT of this plane's own samples (None: none yet). Planes are
+    #: independent fabrics: one 4x slower than the others must not look
+    #: silent by the connection's (mixed) RTT (issue 13).
+    srtt: float | None = None
 
 
 class EvSet:
@@ -413,6 +417,20 @@ class EvSet:
         if ev.min_rtt is None or rtt < ev.min_rtt:
             ev.min_rtt = rtt
 
+    def plane_rtt_sample(self, plane_index: int, rtt: float) -> None:
+        """A round trip through ``plane_index`` (a SACK's echo, a probe's answer)."""
+        if rtt <= 0 or not 0 <= plane_index < len(self._planes):
+            return
+        plane = self._planes[plane_index]
+        plane.srtt = rtt if plane.srtt is None else 0.875 * plane.srtt + 0.125 * rtt
+
+    def _silence(self, plane: _Plane) -> float:
+        """``plane_silence``, stretched for a plane slower than the connection's
+        smoothed RTT (its own RTT samples say so)."""
+        if self._silence_fixed or plane.srtt is None or plane.srtt <= self.srtt:
+            return self.plane_silence
+        return PLANE_SILENCE_RTTS * plane.srtt + self._ack_delay
+
     def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None,
                sent: float | None = None) -> None:
         ev.acked += 1
@@ -539,11 +557,15 @@ class EvSet:
     def _others_up(self, plane: _Plane) -> bool:
         return any(p.state is PlaneState.UP for p in self._planes if p is not plane)
 
-    def probe_wait(self) -> float:
+    def probe_wait(self, plane: _Plane | None = None) -> float:
         """How long a liveness probe has to be answered: the receiver answers
-        a probe at once, so one smoothed RTT plus the ACK delay (as margin
-        for queueing) is generous; never more than ``plane_silence``."""
-        return min(self.srtt + self._ack_delay, self.plane_silence)
+        a probe at once, so one smoothed RTT (the plane's, if slower) plus the
+        ACK delay (as margin for queueing) is generous; never more than the
+        plane's silence."""
+        if plane is None:
+            return min(self.srtt + self._ack_delay, self.plane_silence)
+        rtt = self.srtt if plane.srtt is None else max(self.srtt, plane.srtt)
+        return min(rtt + self._ack_delay, self._silence(plane))
 
     def _next_action(self, plane: _Plane, others_up: bool) -> tuple[float, bool] | None:
         """When ``_check_plane`` next acts on an UP plane's silence, and
@@ -568,13 +590,13 @@ class EvSet:
         if deadline is None:
             return None
         probe = plane.liveness_probe_at
-        wait = self.probe_wait()
+        wait = self.probe_wait(plane)
         if evidence and others_up and self._strong(plane):
             return deadline, True
         if probe is None:
             return (deadline - wait if others_up else deadline), False
         if evidence:
-            return max(deadline, probe + (wait if others_up else self.plane_silence)), True
+            return max(deadline, probe + (wait if others_up else self._silence(plane))), True
         if plane.liveness_rounds >= _MAX_REPROBES:
             return None
         return plane.liveness_round_at + wait * (1 << plane.liveness_rounds), False
@@ -618,14 +640,14 @@ class EvSet:
             # nothing heard for ``plane_silence``.
             if len(plane.lossy) < min(self.plane_loss_evs, len(plane.evs)):
                 return None, False
-            return plane.last_heard + self.plane_silence, True
+            return plane.last_heard + self._silence(plane), True
         lost_unanswered = plane.loss_sent > plane.answered_sent and plane.loss_sent >= q[0]
         evidence = lost_unanswered or self._newest_answer > q[0]
         if not evidence and not (others_up and all(
                 p.unanswered for p in self._planes
                 if p is not plane and p.state is PlaneState.UP)):
             return None, False
-        return q[0] + self.plane_silence, evidence
+        return q[0] + self._silence(plane), evidence
 
     def park_unreachable(self, plane: int, now: float) -> bool:
         """The host itself could not send on ``plane`` (no route, link down:
@@ -744,6 +766,8 @@ class EvSet:
 
     def on_probe_ack(self, ev: Ev, now: float, rtt: float | None = None) -> None:
         self._rtt_sample(ev, rtt)
+        if rtt is not None:
+            self.plane_rtt_sample(ev.plane, rtt)
         ev.last_acked = now
         plane = self._planes[ev.plane]
         if plane.state is PlaneState.PARKED:

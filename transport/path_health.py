@@ -61,6 +61,11 @@ class PathHealth:
         """The measured smoothed RTT: plane silence is counted in it."""
         self.paths.ev_set.set_rtt(srtt, ack_delay)
 
+    def plane_rtt(self, plane: int, rtt: float, now: float) -> None:
+        """A round-trip sample of one plane: its liveness is timed by it, and
+        the policy may weigh planes by it."""
+        self.paths.on_plane_rtt(plane, rtt, now)
+
     def on_acked(self, acked: Iterable[SentPacket], now: float, *, ecn_ev: int | None,
                  sampled: SentPacket | None, rtt: float | None) -> None:
         """Credit each EV whose packet was acknowledged (exactly: see Karn)."""

@@ -19,6 +19,7 @@ from itertools import repeat
 from typing import Any, ClassVar
 
 from transport.ev_state import Ev, EvSet, EvState, PlaneState
+from transport.plane_share import PlaneShares
 
 GOOD = EvState.GOOD
 SKIP = EvState.SKIP
@@ -50,7 +51,8 @@ class _Rotation:
     lockstep.
     """
 
-    __slots__ = ("_rng", "ev_set", "order", "pos", "reshuffle_every", "rotations")
+    __slots__ = ("_plane_picks", "_rng", "ev_set", "order", "plane_order", "plane_pos", "pos",
+                 "reshuffle_every", "rotations")
 
     def __init__(self, ev_set: EvSet, salt: str, reshuffle_every: int) -> None:
         self.ev_set = ev_set
@@ -59,6 +61,11 @@ class _Rotation:
         self.rotations = 0
         self.pos = 0
         self.order: list[Ev] = []
+        #: Each plane's EVs in rotation order, with a cursor each, for picks
+        #: restricted to one plane (``next_good_on``).
+        self.plane_order: list[list[Ev]] = []
+        self.plane_pos: list[int] = []
+        self._plane_picks = 0
         self.shuffle()
 
     def shuffle(self) -> None:
@@ -73,6 +80,8 @@ class _Rotation:
             rng.shuffle(plane_ids)
             order.extend(per_plane[p][k] for p in plane_ids if k < len(per_plane[p]))
         self.order = order
+        self.plane_order = per_plane
+        self.plane_pos = [0] * len(per_plane)
 
     def wrap(self) -> None:
         self.pos = 0
@@ -106,6 +115,24 @@ class _Rotation:
             self.pos += 1
             if ev.state is GOOD and ev is not avoid:
                 return ev
+
+    def next_good_on(self, plane: int) -> Ev | None:
+        """The next GOOD EV of ``plane`` in its rotation order; None if it has
+        none. Every ``len(order)`` such picks count as one rotation (SKIPs
+        last as many packets as with the plain rotation)."""
+        self._plane_picks += 1
+        if self._plane_picks >= len(self.order):
+            self._plane_picks = 0
+            self.wrap()
+        evs = self.plane_order[plane]
+        n = len(evs)
+        pos = self.plane_pos[plane]
+        for k in range(n):
+            ev = evs[(pos + k) % n]
+            if ev.state is GOOD:
+                self.plane_pos[plane] = (pos + k + 1) % n
+                return ev
+        return None
 
     def next_allowed(self, avoid: Ev | None) -> Ev | None:
         """The next non-DENIED EV other than ``avoid``, whatever its health."""
@@ -242,6 +269,10 @@ class PathPolicy:
     def on_loss(self, ev: Ev, now: float, sent: float | None = None) -> None:
         self.ev_set.on_loss(ev, now, sent)
 
+    def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
+        """A round trip through ``plane`` (a SACK's echo)."""
+        self.ev_set.plane_rtt_sample(plane, rtt)
+
     def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
         """A loss too weak to condemn ``ev``, still evidence about its plane."""
         self.ev_set.on_plane_loss(ev, now, sent)
@@ -285,18 +316,62 @@ class PathPolicy:
 
 
 class SprayPolicy(PathPolicy):
-    """MRC-style spraying: next GOOD EV of a pseudo-random, interleaved rotation."""
+    """MRC-style spraying: next GOOD EV of a pseudo-random, interleaved rotation.
+
+    Planes are weighted by ``PlaneShares`` (``transport/plane_share.py``):
+    while every plane shows the same queueing delay the rotation alone
+    decides; when one is slower, new data goes to the planes in proportion to
+    the weights and is sprayed over the chosen plane's EVs. Retransmissions
+    (``avoid``) ignore the weights: leaving a failing path comes first.
+    ``plane_shares=False`` sprays evenly whatever the planes do.
+    """
 
     name = "spray"
 
     def __init__(
-        self, *, reshuffle_every: int = 8, ev_set: EvSet | None = None, **ev_set_params: Any
+        self, *, reshuffle_every: int = 8, plane_shares: bool = True,
+        ev_set: EvSet | None = None, **ev_set_params: Any
     ) -> None:
         super().__init__(ev_set=ev_set, **ev_set_params)
         self.rotation = _Rotation(self.ev_set, "spray", reshuffle_every)
+        n = self.ev_set.planes
+        self.shares = PlaneShares(n) if plane_shares and n > 1 else None
+        self._up = [True] * n
 
     def _pick(self, now: float, avoid: Ev | None) -> Ev | None:
-        return self.rotation.next_good(avoid)
+        shares = self.shares
+        if shares is None or shares.even or avoid is not None:
+            return self.rotation.next_good(avoid)
+        eligible = [s is PlaneState.UP for s in map(self.ev_set.plane_state, range(len(self._up)))]
+        while True:
+            plane = shares.choose(eligible)
+            if plane is None:
+                return self.rotation.next_good(avoid)
+            ev = self.rotation.next_good_on(plane)
+            if ev is not None:
+                return ev
+            eligible[plane] = False
+
+    def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
+        super().on_plane_rtt(plane, rtt, now)
+        shares = self.shares
+        if shares is None:
+            return
+        # A plane parked or back from parking starts again from an even share.
+        up = self._up
+        for p in range(len(up)):
+            now_up = self.ev_set.plane_state(p) is PlaneState.UP
+            if now_up != up[p]:
+                up[p] = now_up
+                shares.reset(p)
+        if up[plane]:
+            shares.on_rtt(plane, rtt, now)
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = super().snapshot()
+        if self.shares is not None:
+            snap["plane_shares"] = self.shares.snapshot()
+        return snap
 
 
 class ObliviousPolicy(PathPolicy):

@@ -86,6 +86,9 @@ class AckResult:
     sampled: SentPacket | None = None
     #: Payload bytes of ``newly_acked``.
     acked_bytes: int = 0
+    #: (plane, RTT) of the SACK's echo, also when the packet it echoes was
+    #: already acknowledged by a SACK that came back on a faster plane.
+    plane_rtt: tuple[int, float] | None = None
 
 
 class RttEstimator:
@@ -143,6 +146,14 @@ class Sender:
         self.credit_edge = INITIAL_CREDIT
         self.new_bytes_sent = 0
         self.ev_rtt: dict[int, float] = {}
+        #: Smoothed RTT per plane: the floor of every EV's loss threshold on
+        #: it. Most EVs have no sample of their own (one per SACK), and the
+        #: connection's srtt mixes planes: on a plane 4x slower than the other
+        #: every packet would look lost (issue 13, latency case).
+        self.plane_rtt: dict[int, float] = {}
+        #: Echoes already timed: a SACK repeated without new data (hole
+        #: refresh, duplicate) echoes an old packet, whose age is no RTT.
+        self._echoes: deque[int] = deque(maxlen=16)
         # Declared lost, not yet resent: an ack may still come (reordering).
         self._lost: dict[int, SentPacket] = {}
         # RACK-style reorder window growth after spurious loss declarations.
@@ -392,6 +403,11 @@ class Sender:
         self.bytes_acked += nbytes
         res.acked_bytes += nbytes
 
+    def _plane_sample(self, res: AckResult, plane: int, rtt: float) -> None:
+        old = self.plane_rtt.get(plane)
+        self.plane_rtt[plane] = rtt if old is None else 0.875 * old + 0.125 * rtt
+        res.plane_rtt = (plane, rtt)
+
     def _spurious(self) -> None:
         """A loss declaration was wrong: widen the reorder window (RACK-like)."""
         self.spurious_losses += 1
@@ -444,8 +460,21 @@ class Sender:
                 key = (sampled.ev.plane << 16) | sampled.ev.value if sampled.ev else -1
                 old = self.ev_rtt.get(key)
                 self.ev_rtt[key] = rtt if old is None else 0.75 * old + 0.25 * rtt
+                if sampled.ev:
+                    self._plane_sample(res, sampled.ev.plane, rtt)
+                    self._echoes.append(sack.echo_ts)
                 res.rtt = rtt
                 res.sampled = sampled
+        elif sack.echo_ts and sampled is None and sack.echo_ts not in self._echoes:
+            # The echoed packet was acknowledged already, by a SACK that came
+            # back on another, faster plane: a SACK of a slow plane always
+            # arrives late, so without this its plane would never be sampled.
+            # The echo still times that packet's round trip (not the
+            # connection's srtt: Karn-safe only for the plane).
+            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+            self._echoes.append(sack.echo_ts)
+            if 0 < rtt < 60 and (sack.plane in self.plane_rtt or len(self.plane_rtt) < 64):
+                self._plane_sample(res, sack.plane, rtt)
         if res.newly_acked:
             self.last_progress = now
             self.rto_backoff = 0
@@ -457,7 +486,8 @@ class Sender:
     # -- loss inference ----------------------------------------------------------
 
     def _threshold(self, key: int) -> float:
-        base = max(self.ev_rtt.get(key, 0.0), self.rtt.srtt)
+        base = max(self.ev_rtt.get(key, 0.0), self.plane_rtt.get(key >> 16, 0.0),
+                   self.rtt.srtt)
         return (base * (1 + self.reorder_fraction) + self.ack_delay + 2 * self.rtt.rttvar
                 + self.reorder_extra)
 

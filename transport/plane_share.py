@@ -1,0 +1,149 @@
+"""How much of a connection's traffic each plane gets (issue 13).
+
+Spraying evenly over planes is right while the planes are equal. When one is
+slower (half its rate, or a longer queue), an even spray fills the slow
+plane's queue while the others idle, and the one connection-wide window
+cannot tell which plane is slow: the total is capped at planes x the slowest
+plane's rate (2 x 50 / 150 = 0.67 of capacity at half rate).
+
+``PlaneShares`` keeps one weight per plane and moves it so that every plane
+shows the same queueing delay, the only signal that is per plane and free: each
+SACK's echo times a round trip through one plane (``Sender`` reports it,
+also when a faster plane's SACK already acknowledged the packet). A plane
+whose queueing delay (RTT minus its own minimum, smoothed) sits above the
+planes' mean gets a smaller share, one below it a larger one, so at
+equilibrium every plane's queue drains in the same time: each carries in
+proportion to its capacity, and the connection's window controller (NSCC)
+sees one consistent delay. The weights are pulled back towards even, and
+snap back to exactly even near it: equal planes are sprayed as before.
+
+Policy-free: it only says which plane the next packet should take
+(``choose``); the path policy then sprays over that plane's EVs as usual.
+A plane that is parked or has no usable EV is never chosen; a plane that
+comes back starts from an even share (``reset``).
+"""
+
+from __future__ import annotations
+
+import math
+
+#: Smoothing of each plane's queueing delay (per sample), as NSCC's.
+DELAY_EWMA = 0.125
+#: How hard one update moves a weight towards equal delays (exponent of the
+#: delay ratio) and how hard it pulls back towards even (so that delay
+#: noise, symmetric across planes, cannot walk the weights away).
+GAIN = 0.25
+#: At most this factor per update either way.
+STEP = 2.0
+PULL = 0.05
+#: The smallest share a live plane keeps (its feedback must keep flowing).
+FLOOR = 1 / 16
+#: Weights within this of even are even (exactly the plain spray).
+EVEN = 0.97
+#: Time over which the planes' delays are compared (seconds): longer than
+#: the swings of queues every plane shares (an incast's, a busy host's), so
+#: only a plane that is persistently slower loses share.
+HORIZON = 0.05
+#: Shares move only while the least queued plane shows under this fraction
+#: of the most queued one's delay (both plus the noise margin).
+ROOM = 0.5
+
+
+class PlaneShares:
+    """Per-plane weights from per-plane queueing delay; smooth weighted
+    round robin over the planes a caller says are eligible."""
+
+    __slots__ = ("base", "credit", "even", "last_update", "lt", "margin", "next_update",
+                 "qdelay", "samples", "updates", "weight")
+
+    def __init__(self, planes: int, *, margin: float = 20e-6) -> None:
+        #: Delay that counts as noise (added to both sides of the ratio): at
+        #: most half the fastest plane's base RTT.
+        self.margin = margin
+        self.base = [math.inf] * planes
+        self.qdelay = [0.0] * planes
+        self.samples = [0] * planes
+        self.weight = [1.0] * planes
+        self.credit = [0.0] * planes
+        self.even = True
+        self.next_update = -math.inf
+        self.last_update: float | None = None
+        #: Each plane's queueing delay averaged over ``HORIZON``.
+        self.lt = [0.0] * planes
+        self.updates = 0
+
+    def on_rtt(self, plane: int, rtt: float, now: float) -> None:
+        """A round trip through ``plane`` (seconds)."""
+        if not 0 <= plane < len(self.base) or rtt <= 0:
+            return
+        if rtt < self.base[plane]:
+            self.base[plane] = rtt
+        self.qdelay[plane] += DELAY_EWMA * (rtt - self.base[plane] - self.qdelay[plane])
+        self.samples[plane] += 1
+        if now >= self.next_update:
+            self._update(now)
+            # Once per slowest plane's round trip, queue included: a new
+            # share shows in every plane's delay only after that.
+            self.next_update = now + max(b + q for b, q in zip(self.base, self.qdelay,
+                                                                strict=True) if b < math.inf)
+
+    def reset(self, plane: int) -> None:
+        """The plane was parked (or came back): forget what it showed."""
+        self.base[plane] = math.inf
+        self.qdelay[plane] = 0.0
+        self.samples[plane] = 0
+        self.lt[plane] = 0.0
+        self.weight[plane] = 1.0
+        self.credit[plane] = 0.0
+        self.even = all(w == 1.0 for w in self.weight)
+
+    def _update(self, now: float) -> None:
+        live = [p for p, n in enumerate(self.samples) if n >= 8]
+        last, self.last_update = self.last_update, now
+        if len(live) < 2 or last is None:
+            return
+        self.updates += 1
+        a = min(1.0, (now - last) / HORIZON)
+        lt, w = self.lt, self.weight
+        for p in live:
+            lt[p] += a * (self.qdelay[p] - lt[p])
+        qd = lt
+        mean = sum(qd[p] for p in live) / len(live)
+        m = max(self.margin, min(self.base[p] for p in live))
+        # Shares move only while some plane has room (far less queue than
+        # another): when every plane queues alike, they are all busy (say an
+        # incast into this receiver), and moving load would only make every
+        # sender chase the same plane; that is the window controller's business.
+        room = min(qd[p] for p in live) + m < ROOM * (max(qd[p] for p in live) + m)
+        for p in live:
+            q = max(qd[p], 0.0)
+            # Within one base RTT of the mean is noise (or no queue at all, an
+            # application-limited sender): only the pull towards even acts.
+            ratio = 1.0 if not room or abs(q - mean) < m else (mean + m) / (q + m)
+            w[p] = w[p] ** (1 - PULL) * min(max(ratio ** GAIN, 1 / STEP), STEP)
+        top = max(w[p] for p in live)
+        for p in live:
+            v = w[p] / top
+            w[p] = 1.0 if v >= EVEN else max(v, FLOOR)
+        self.even = all(x == 1.0 for x in w)
+
+    def choose(self, eligible: list[bool]) -> int | None:
+        """The plane of the next packet among ``eligible`` ones (smooth
+        weighted round robin: shares hold at every time scale, not only
+        on average); None when none is."""
+        best = -1
+        total = 0.0
+        credit, w = self.credit, self.weight
+        for p, ok in enumerate(eligible):
+            if ok:
+                credit[p] += w[p]
+                total += w[p]
+                if best < 0 or credit[p] > credit[best]:
+                    best = p
+        if best < 0:
+            return None
+        credit[best] -= total
+        return best
+
+    def snapshot(self) -> dict[str, list[float]]:
+        return {"weight": list(self.weight), "qdelay": list(self.qdelay)}
