@@ -183,6 +183,10 @@ class PathPolicy:
     def _pick(self, now: float, avoid: Ev | None) -> Ev | None:
         raise NotImplementedError
 
+    def _run_packets(self, ev: Ev, n: int) -> None:
+        """``n`` packets beyond the first of a run took ``ev`` (negative: were
+        handed back). A policy that weighs planes per packet bills them here."""
+
     def next_ev(self, now: float, avoid: Ev | None = None) -> Ev | None:
         """The EV of the next packet. ``avoid`` marks a retransmission: it is
         never part of a run (it must leave the EV it was lost on)."""
@@ -192,6 +196,7 @@ class PathPolicy:
                 self._run_left -= 1
                 ev.sent += 1
                 ev.last_sent = now
+                self._run_packets(ev, 1)
                 return ev
             self._run_left = 0
         ev = self._pick(now, avoid)
@@ -224,6 +229,7 @@ class PathPolicy:
                 self._run_left -= k
                 ev.sent += k
                 ev.last_sent = now
+                self._run_packets(ev, k)
                 return ev, k
             self._run_left = 0
         ev = self._pick(now, None)
@@ -235,6 +241,7 @@ class PathPolicy:
             self._run_ev = ev
             self._run_left = self.spray_run - k
             self._run_at = now
+            self._run_packets(ev, k - 1)
         ev.sent += k
         ev.last_sent = now
         return ev, k
@@ -243,6 +250,7 @@ class PathPolicy:
         """``n`` packets ``next_run`` gave ``ev`` did not leave: the run keeps them."""
         ev.sent -= n
         self._run_left += n
+        self._run_packets(ev, -n)
 
     @property
     def evs(self) -> list[Ev]:
@@ -319,9 +327,14 @@ class SprayPolicy(PathPolicy):
     """MRC-style spraying: next GOOD EV of a pseudo-random, interleaved rotation.
 
     Planes are weighted by ``PlaneShares`` (``transport/plane_share.py``):
-    while every plane shows the same queueing delay the rotation alone
-    decides; when one is slower, new data goes to the planes in proportion to
-    the weights and is sprayed over the chosen plane's EVs. Retransmissions
+    new data goes to the planes in proportion to the weights, counted in
+    packets (a spray run of k packets is billed k), and is sprayed over the
+    chosen plane's EVs in rotation order. While every plane shows the same
+    queueing delay the weights are equal, so every plane carries the same
+    number of packets, whatever the run lengths (a rotation that alternates
+    planes per *run* does not: runs end with each burst, and an ACK-clocked
+    sender whose runs alternate 8 and 1 packets loads one plane more, which
+    its queue then shows). Retransmissions
     (``avoid``) ignore the weights: leaving a failing path comes first.
     ``plane_shares=False`` sprays evenly whatever the planes do.
     """
@@ -351,6 +364,11 @@ class SprayPolicy(PathPolicy):
             if ev is not None:
                 return ev
             eligible[plane] = False
+
+    def _run_packets(self, ev: Ev, n: int) -> None:
+        shares = self.shares
+        if shares is not None and not shares.even:
+            shares.charge(ev.plane, n)
 
     def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
         super().on_plane_rtt(plane, rtt, now)
