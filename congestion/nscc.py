@@ -62,7 +62,8 @@ scenarios that motivate each):
    ``mark_gain`` (DCTCP's alpha; it starts at 1). A path that crosses a
    link marking a burst now and then, beside a shared bottleneck that does
    not mark, was otherwise halved every RTT while a flow whose path never
-   marked kept its window. The daemon turns it on (0.5).
+   marked kept its window. Off in the daemon too (opt in with
+   ``congestion_params``): its effect on fairness was mixed (docs/congestion.md).
 """
 
 from __future__ import annotations

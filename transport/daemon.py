@@ -69,10 +69,7 @@ HOST_CONNECTION_DEFAULTS: dict[str, Any] = {
     "min_rto": 40e-3,
     "idle_fail_timeout": 5.0,
     "handshake_timeout": 2.0,
-    # mark_gain: MD sized by the fraction of bytes marked (docs/congestion.md,
-    # deviation 4): a newcomer whose path crosses a briefly marking fabric link
-    # was halved every RTT beside a flow whose path never marks (issue 13).
-    "congestion_params": {"burst_packets": 64, "target_delay": 2e-3, "mark_gain": 0.5},
+    "congestion_params": {"burst_packets": 64, "target_delay": 2e-3},
     # Runs of 8 packets per EV: one UDP GSO send each (docs/benchmarks.md,
     # "CPU per gigabyte": what it costs in load balance, scenarios a-j).
     "spray_run": 8,
