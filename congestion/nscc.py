@@ -56,6 +56,14 @@ scenarios that motivate each):
    target). The two agree when target <= BDP/2 worth of time (UEC's
    datacentre setting); a software host's 2 ms target on a 0.3 ms fabric
    could otherwise never fill the pipe at the RTT it is told to accept.
+4. MD sized by the fraction of bytes marked (``mark_gain`` > 0; 0, the
+   default, is UEC as specified): the cut is scaled by alpha, the marked
+   fraction of the bytes acked per RTT round, filtered with gain
+   ``mark_gain`` (DCTCP's alpha; it starts at 1). A path that crosses a
+   link marking a burst now and then, beside a shared bottleneck that does
+   not mark, was otherwise halved every RTT while a flow whose path never
+   marked kept its window. Off in the daemon too (opt in with
+   ``congestion_params``): its effect on fairness was mixed (docs/congestion.md).
 """
 
 from __future__ import annotations
@@ -101,6 +109,7 @@ class Nscc:
         probe_gain: float = 0.25,
         quiet_rtts: float = 4.0,
         loss_as_mark: bool = True,
+        mark_gain: float = 0.0,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
@@ -134,6 +143,15 @@ class Nscc:
         self.probe_gain = probe_gain
         self.quiet_rtts = quiet_rtts
         self.loss_as_mark = loss_as_mark
+        if not 0 <= mark_gain <= 1:
+            raise ValueError("mark_gain must be in [0, 1] (0: every MD is full size)")
+        self.mark_gain = mark_gain
+        # Deviation 4: the fraction of bytes acked with a mark, per RTT round,
+        # filtered (DCTCP's alpha; starts at 1, so a first MD is full size).
+        self._mark_alpha = 1.0
+        self._round_end = -math.inf
+        self._round_acked = 0
+        self._round_marked = 0
 
         init = self.bdp if initial_window is None else float(initial_window)
         self._cwnd = self._clamp(init)
@@ -254,6 +272,19 @@ class Nscc:
         self._hold_until = now + self._rtt_est()
         self._update_pacer()
 
+    def _count_marks(self, now: float, acked: int, ecn: bool) -> None:
+        """Fraction of the bytes acked with an ECN mark, per RTT round."""
+        self._round_acked += acked
+        if ecn:
+            self._round_marked += acked
+        if now < self._round_end:
+            return
+        if self._round_acked > 0 and self._round_end > -math.inf:
+            frac = self._round_marked / self._round_acked
+            self._mark_alpha += self.mark_gain * (frac - self._mark_alpha)
+        self._round_end = now + self._rtt_est()
+        self._round_acked = self._round_marked = 0
+
     def _unmarked_congestion(self) -> None:
         if self.loss_as_mark and not self._fabric_signals:
             self._delay_is_mark = True
@@ -265,7 +296,10 @@ class Nscc:
         avg, target = self._avg_delay, self.target_delay
         if avg <= target or now - self._last_md < self._rtt_est():
             return
-        factor = max(1.0 - self.md_gain * (avg - target) / avg, self.md_floor)
+        # Deviation 4: sized by how much of the traffic was marked (delay as
+        # the mark, deviation 1, marks everything above target: full size).
+        scale = 1.0 if self.mark_gain == 0 or self._delay_is_mark else self._mark_alpha
+        factor = max(1.0 - self.md_gain * scale * (avg - target) / avg, self.md_floor)
         self._cwnd = self._clamp(self._cwnd * factor)
         self._last_md = now
         self._counts["md"] += 1
@@ -296,6 +330,8 @@ class Nscc:
         horizon = now - 2 * max(self._rtt_est(), self._qa_period())
         while self._delivered and self._delivered[0][0] < horizon:
             self._delivered.popleft()
+        if self.mark_gain > 0:
+            self._count_marks(now, acked, sample.ecn)
         if sample.ecn:
             self._fabric_signals = True
             self._delay_is_mark = False
@@ -435,6 +471,7 @@ class Nscc:
             "base_rtt": self.base_rtt,
             "target_delay": self.target_delay,
             "delay_is_mark": float(self._delay_is_mark),
+            "mark_alpha": self._mark_alpha,
         }
         out.update(self._counts)
         return out

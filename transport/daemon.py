@@ -42,6 +42,7 @@ from transport.events import (
     MessageAcked,
     MessageDelivered,
 )
+from transport.inbox import Inbox
 from transport.udp import PeerTable, PlaneAddr, parse_addr, path_mtu, payload_for_mtu
 from wire.codec import peek_untrusted
 from wire.constants import HEADER_TAG_LEN, UDP_PORT, Dscp, Flag, NackReason, PacketType
@@ -389,7 +390,8 @@ class Daemon:
         if qlog is not None:
             self.io.tap = QlogTap(qlog)
         self.peers = {name: _Peer(name) for name in cfg.peers}
-        self.inbox: deque[tuple[str, int, bytes]] = deque()
+        #: Per-peer queues served round robin (transport/inbox.py).
+        self.inbox = Inbox()
         #: (peer, msg_id) -> connections that delivered it, oldest first: whose
         #: credit comes back when the message leaves the inbox (``_release``).
         self._inbox_owner: dict[tuple[str, int], deque[Connection]] = {}

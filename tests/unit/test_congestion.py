@@ -455,3 +455,54 @@ def test_window_climbs_from_min_when_delay_noise_sits_above_target() -> None:
     _rtt_rounds(c, 30, lambda: 10e-3 + rng.uniform(0, 8e-3), t=0.0)
     assert c.qdelay > c.target_delay
     assert c.cwnd >= RATE * 10e-3
+
+
+# -- Braid's deviation 4: MD sized by the fraction of bytes marked ----------------------
+
+
+def _rounds(c: Nscc, t: float, rounds: int, mark_every: int, delay: float) -> float:
+    """``rounds`` RTTs of 10 ACKs at ``delay``, every ``mark_every``-th ACK
+    marked (0: none); app-limited, so only the marking state moves."""
+    ack(c, t, BASE, in_flight=0)  # the base RTT
+    rtt = BASE + delay
+    for _ in range(rounds):
+        for i in range(10):
+            marked = mark_every > 0 and i % mark_every == 0
+            ack(c, t + i * rtt / 10, rtt, ecn=marked, in_flight=0)
+        t += rtt
+    return t
+
+
+def test_sparse_marks_cut_little_and_a_marked_bottleneck_cuts_as_uec() -> None:
+    """A newcomer whose path crosses a fabric link that marks a burst now and
+    then, beside a shared bottleneck that does not mark, was halved every RTT
+    while a flow on an unmarked path never was (issue 13: 10:1 shares)."""
+    cuts = {}
+    for gain, every in ((0.5, 0), (0.5, 1), (0.0, 0)):
+        c = make(mark_gain=gain, target_delay=0.5e-3)
+        # (all marked: two rounds, each cuts, so the window stays off its floor)
+        t = _rounds(c, 0.0, 2 if every else 12, every, 0.8e-3) + 2 * (BASE + 0.8e-3)
+        before = c._cwnd
+        ack(c, t, BASE + 0.8e-3, ecn=True)
+        avg = c.qdelay
+        cuts[gain, every] = (c._cwnd / before, 1 - 0.8 * (avg - 0.5e-3) / avg)
+    ratio, uec = cuts[0.0, 0]
+    assert ratio == pytest.approx(uec) and uec < 0.75  # UEC: one mark above target: full MD
+    assert cuts[0.5, 0][0] > 0.95  # one mark after a dozen clean RTTs: a small cut
+    ratio, uec = cuts[0.5, 1]
+    assert ratio == pytest.approx(uec)  # everything marked: UEC's cut
+
+
+def test_mark_fraction_does_not_soften_delay_as_the_mark() -> None:
+    # Deviation 1 (a fabric that never marks): delay above target is the mark,
+    # every such packet "marked": the MD stays full size.
+    c = make(mark_gain=0.5)
+    t = _rounds(c, 0.0, 12, 0, 0.8e-3)
+    c.on_loss(now=t, lost_bytes=MTU)
+    assert c.stats()["delay_is_mark"] == 1.0
+    before = c._cwnd
+    ack(c, t + 0.01, BASE + 0.8e-3)
+    avg = c.qdelay
+    assert c._cwnd == pytest.approx(before * max(1 - 0.8 * (avg - 0.5e-3) / avg, 0.5))
+    with pytest.raises(ValueError):
+        make(mark_gain=1.5)

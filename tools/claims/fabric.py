@@ -62,6 +62,7 @@ class _Lines:
         self.fd = proc.stdout.fileno()
         self.buf = b""
         self.eof = False
+        self.unparsed: list[str] = []  # lines that were neither ready nor a result
 
     def readline(self, deadline: float) -> str | None:
         while b"\n" not in self.buf and not self.eof:
@@ -238,16 +239,17 @@ class ClaimsFabric:
         results: dict[int, dict[str, Any]] = {}
         fired: list[dict[str, Any]] = []
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-        errlog = open(self.work / f"worker-{self.run_id}.err", "w")  # noqa: SIM115
+        errlogs: dict[int, Any] = {}
         try:
             for h, spec in specs.items():
                 full = {"run": self.run_id, "me": h, "stack": stack, "addrs": self.addrs(),
                         "socket": str(self.socket(h)), "port": TCP_PORT,
-                        "timeout": timeout, **spec}
+                        "timeout": timeout, "result_file": str(self._result_file(h)), **spec}
+                errlogs[h] = open(self._errlog(h), "w")  # noqa: SIM115 - closed below
                 procs[h] = self.tb.popen(f"h{h}", [sys.executable, "-m", "tools.claims.worker",
                                                    json.dumps(full)],
                                          cwd=str(REPO), stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=errlog, env=env)
+                                         stdout=subprocess.PIPE, stderr=errlogs[h], env=env)
                 readers[h] = _Lines(procs[h])
             deadline = time.monotonic() + 60
             for h, rd in readers.items():
@@ -269,13 +271,13 @@ class ClaimsFabric:
                 for _ in range(1000):
                     line = rd.readline(end)
                     if line is None:
-                        results[h] = {"errors": [f"h{h}: worker gave no result within "
-                                                 f"{timeout:.0f} s"]}
+                        results[h] = self._no_result(h, procs[h], rd, timeout)
                         break
                     res = _parse_result(line)
                     if res is not None:
                         results[h] = res
                         break
+                    rd.unparsed.append(f"{len(line)} chars: {line[:80]!r}...{line[-80:]!r}")
             if thread is not None:
                 thread.join(timeout=30)
         except _RunFailed as exc:
@@ -291,16 +293,117 @@ class ClaimsFabric:
                     if f is not None:
                         with contextlib.suppress(OSError):
                             f.close()
-            errlog.close()
+            for f in errlogs.values():
+                f.close()
             if steps:
                 self.heal_all()
         for h in specs:
             results.setdefault(h, {"errors": [f"h{h}: run aborted before its result"]})
             results[h]["fired"] = fired
+        if stack == "braid" and not self.daemons_alive():
+            for h, n in self.drain(list(specs)).items():
+                results[h]["leftover"] = n
         dead = self.daemons_alive()
         if stack == "braid" and dead:
             raise UserError(f"Braid daemon(s) exited during a run: {', '.join(dead)}")
         return results
+
+
+    def drain(self, hosts: list[int], timeout: float = 20.0) -> dict[int, Any]:
+        """Empty the hosts' daemon inboxes after a run: messages that arrived
+        after their receiver left (a sender's last messages in flight at its
+        stop time) would otherwise be the next run's first ones, ahead of its
+        own in every peer's queue. Waits until no daemon of ``hosts`` has a
+        message queued to send or waiting in its inbox (bounded by
+        ``timeout``); returns per host what was dropped, and what was still
+        there at the deadline."""
+        import asyncio
+
+        return asyncio.run(self._drain(hosts, timeout))
+
+    async def _drain(self, hosts: list[int], timeout: float) -> dict[int, Any]:
+        import asyncio
+
+        from transport.api import BraidError, connect
+
+        out: dict[int, Any] = {}
+        clients: dict[int, Any] = {}
+        readers: list[asyncio.Task[None]] = []
+
+        async def swallow(h: int, c: Any) -> None:
+            with contextlib.suppress(BraidError, OSError):
+                while True:
+                    await c.recv()
+                    out[h]["messages"] += 1
+
+        try:
+            for h in hosts:
+                clients[h] = await asyncio.wait_for(connect(str(self.socket(h))), 5)
+                out[h] = {"messages": 0}
+            for h, c in clients.items():
+                readers.append(asyncio.ensure_future(swallow(h, c)))
+            end = time.monotonic() + timeout
+            busy: dict[int, Any] = {}
+            while time.monotonic() < end:
+                busy = {}
+                for h, c in clients.items():
+                    st = await asyncio.wait_for(c.stats(), 5)
+                    box = st.get("inbox", {})
+                    sending = sum(int(u.get("messages", 0)) for u in st.get("unacked", {}).values())
+                    if box.get("messages") or box.get("handed_out") or sending:
+                        busy[h] = {"inbox": box.get("messages"), "sending": sending}
+                if not busy:
+                    break
+                await asyncio.sleep(0.05)
+            for h, b in busy.items():
+                out[h]["not_drained"] = b
+        except (BraidError, OSError, TimeoutError) as exc:
+            for h in hosts:
+                out.setdefault(h, {})["error"] = f"drain: {exc}"
+        finally:
+            for t in readers:
+                t.cancel()
+            for c in clients.values():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(c.close(), 5)
+        return out
+
+    def _result_file(self, h: int) -> Path:
+        return self.work / f"worker-{self.run_id}-h{h}.result"
+
+    def _errlog(self, h: int) -> Path:
+        return self.work / f"worker-{self.run_id}-h{h}.err"
+
+    def _no_result(self, h: int, proc: subprocess.Popen[bytes], rd: _Lines,
+                   timeout: float) -> dict[str, Any]:
+        """A worker gave no result line on stdout. If it exited after writing
+        its result file, that is its result (``stdout_lost`` says what
+        happened); otherwise the reason: it exited (its code or signal, the
+        last line of its stderr, what it printed instead) or it was still
+        running at the deadline. Never a failure without a reason."""
+        if not rd.eof:
+            return {"errors": [f"h{h}: worker gave no result within {timeout:.0f} s "
+                               f"(still running; stderr {self._errlog(h)})"]}
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        code = proc.returncode
+        how = ("still running with its stdout closed" if code is None else
+               f"killed by signal {-code}" if code < 0 else f"exit code {code}")
+        tail = ""
+        with contextlib.suppress(OSError):
+            lines = [x for x in self._errlog(h).read_text(errors="replace").splitlines()
+                     if x.strip()]
+            if lines:
+                tail = f"; stderr: {lines[-1][:300]}"
+        if rd.unparsed:
+            tail += f"; unparsed output: {rd.unparsed[-1]}"
+        why = f"h{h}: worker exited without a result line ({how}){tail}"
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            res = _parse_result(self._result_file(h).read_text())
+            if res is not None:
+                res["stdout_lost"] = why + "; result read from its result file"
+                return res
+        return {"errors": [why + "; no result file"]}
 
 
 class _RunFailed(Exception):
@@ -313,6 +416,11 @@ def _parse_result(line: str | None) -> dict[str, Any] | None:
         return None
     with contextlib.suppress(ValueError):
         obj = json.loads(line)
+        if "result_file" in obj:  # the worker's usual answer (tools.claims.worker.main)
+            try:
+                obj = json.loads(Path(obj["result_file"]).read_text())
+            except OSError as exc:
+                return {"errors": [f"worker result file unreadable: {exc}"]}
         if "result" in obj:
             return dict(obj["result"])
     return None

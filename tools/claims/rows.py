@@ -69,7 +69,9 @@ def _record(ctx: Ctx, row: str, stack: str, label: str, res: dict[int, dict[str,
                           "hosts": {str(h): {"steps": len(r.get("done", [])),
                                              "errors": r.get("errors", [])[:3],
                                              "conns": r.get("conns"), "kernel": r.get("kernel"),
-                                             "stale": r.get("stale"), "cut": r.get("cut")}
+                                             "stale": r.get("stale"), "cut": r.get("cut"),
+                                             "stdout_lost": r.get("stdout_lost"),
+                                             "leftover": r.get("leftover")}
                                     for h, r in res.items()}})
     if not ok:
         ctx.say(f"  {row}/{stack}/{label}: FAILED: {'; '.join(errs[:2])} (bad {bad})")

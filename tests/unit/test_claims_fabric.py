@@ -1,0 +1,79 @@
+"""The claims orchestrator's side of a worker run (tools/claims/fabric.py),
+without namespaces: results come through a file, and a worker that gives no
+result is reported with the reason (issue 13: the n=8 fairness run ended with
+"h0: worker gave no result" and nothing else)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tools.claims.fabric import ClaimsFabric, _Lines, _parse_result
+
+
+def _worker(code: str) -> tuple[subprocess.Popen[bytes], _Lines]:
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
+    return p, _Lines(p)
+
+
+def test_a_result_file_line_is_read_from_the_file(tmp_path: Path) -> None:
+    big = {"result": {"bins": {str(k): list(range(5000)) for k in range(8)}}}
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(big))
+    line = json.dumps({"result_file": str(f)})
+    assert len(line) < 200 < len(json.dumps(big)) // 100
+    assert _parse_result(line) == big["result"]
+    missing = _parse_result(json.dumps({"result_file": str(tmp_path / "none")}))
+    assert missing is not None and "unreadable" in missing["errors"][0]
+    assert _parse_result(json.dumps({"result": {"x": 1}})) == {"x": 1}  # inline still works
+    assert _parse_result('{"result": {"bins": [1, 2') is None  # a cut line is no result
+
+
+def test_a_worker_without_result_says_why(tmp_path: Path) -> None:
+    fab = ClaimsFabric(1, "t", tmp_path)
+    fab._errlog(0).write_text("Traceback ...\nValueError: boom\n")
+    p, rd = _worker("import sys; print('{\"result\": {\"cut'); sys.exit(3)")
+    line = rd.readline(time.monotonic() + 30)
+    assert line is not None and _parse_result(line) is None
+    rd.unparsed.append(line)
+    assert rd.readline(time.monotonic() + 30) is None and rd.eof
+    res = fab._no_result(0, p, rd, 68.0)
+    why = res["errors"][0]
+    assert "exit code 3" in why and "ValueError: boom" in why and "cut" in why, why
+    assert "no result file" in why
+
+    # The stdout line was lost but the worker wrote its result: that is the result.
+    fab._result_file(0).write_text(json.dumps({"result": {"ok_bytes": 5}}))
+    p, rd = _worker("pass")
+    assert rd.readline(time.monotonic() + 30) is None
+    res = fab._no_result(0, p, rd, 68.0)
+    assert res["ok_bytes"] == 5 and "exit code 0" in res["stdout_lost"]
+
+
+def test_a_worker_still_running_at_the_deadline_is_reported_so(tmp_path: Path) -> None:
+    fab = ClaimsFabric(1, "t", tmp_path)
+    p, rd = _worker("import time; time.sleep(30)")
+    try:
+        assert rd.readline(time.monotonic() + 0.2) is None and not rd.eof
+        assert "still running" in fab._no_result(0, p, rd, 68.0)["errors"][0]
+    finally:
+        p.kill()
+        p.wait(10)
+
+
+def test_the_worker_writes_its_result_to_the_file_and_names_it_on_stdout(
+        tmp_path: Path) -> None:
+    f = tmp_path / "w.result"
+    spec = {"run": 1, "me": 0, "stack": "braid", "pattern": "stream", "timeout": 30,
+            "socket": str(tmp_path / "no-daemon.sock"), "result_file": str(f)}
+    r = subprocess.run([sys.executable, "-m", "tools.claims.worker", json.dumps(spec)],
+                       capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip()) == {"result_file": str(f)}
+    res = _parse_result(r.stdout.strip())
+    assert res is not None and res["fatal"] and "no daemon socket" in res["errors"][0], res
