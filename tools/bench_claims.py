@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--element", choices=("ebpf", "userspace"), default="ebpf",
                         help="switch ports: the eBPF port (default) or the userspace element "
                              "(20 us per link; needed for the asymmetric row's latency case)")
+    parser.add_argument("--planes", type=int, default=2,
+                        help="planes of the fabric (default 2; 2..8): MRC's fabrics lose 1/8 of "
+                             "their capacity with one plane, this one half with the default")
+    parser.add_argument("--rate", type=int, default=100, metavar="MBIT",
+                        help="link rate per plane in Mbit/s (default 100; e.g. --planes 4 "
+                             "--rate 50 keeps the default's aggregate)")
     parser.add_argument("--daemon-qlog", action="store_true",
                         help="daemons write <work>/hN.qlog (costs ~30%% goodput; for diagnosis)")
     parser.add_argument("--render", default=None, metavar="JSON",
@@ -59,6 +65,7 @@ def hosts_needed(rows: list[str], quick: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from tools.bench_common import REPO_ROOT, environment, progress
+    from tools.claims import fabric as claims_fabric
     from tools.claims.fabric import ClaimsFabric
     from tools.claims.report import write_all
     from tools.claims.rows import ROWS, STACKS, Ctx
@@ -85,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
     if not stacks or any(s not in STACKS for s in stacks):
         raise UserError("--stacks takes braid, tcp and/or mptcp")
+    claims_fabric.configure(args.planes, args.rate)
     out = Path(args.out)
     work = Path(args.work) if args.work else out / "claims-run"
     plots = Path(args.plots) if args.plots else (
@@ -111,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {}
     ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
     try:
-        say(f"bringing up the claims fabric: {n_hosts} hosts x 2 planes, leaf-spine, "
+        say(f"bringing up the claims fabric: {n_hosts} hosts x {args.planes} planes at "
+            f"{args.rate} Mbit/s, leaf-spine, "
             f"{args.element} link elements; Braid daemons on every host")
         fab.up()
         say(f"fabric and daemons up; rows: {', '.join(rows)}; stacks: {', '.join(stacks)}")
@@ -137,8 +146,9 @@ def run(args: argparse.Namespace) -> int:
     commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True, timeout=10).stdout.strip()
     data = {"bench": NAME, "quick": bool(args.quick), "rows": results, "stacks": stacks,
-            "hosts": n_hosts, "element": ("eBPF switch port" if args.element == "ebpf"
-                                   else "userspace (AF_PACKET) link element"),
+            "hosts": n_hosts, "planes": args.planes, "rate_mbit": args.rate,
+            "element": ("eBPF switch port" if args.element == "ebpf"
+                        else "userspace (AF_PACKET) link element"),
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,
             "seconds": round(time.monotonic() - t_start, 1),
             "loadavg": {"start": [round(x, 2) for x in load0],

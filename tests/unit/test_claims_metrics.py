@@ -88,6 +88,27 @@ def test_a_partial_run_never_overwrites_the_matrix_section() -> None:
     assert section_name([*DEFAULT_ROWS, "gaps"]) == "claims"
     assert section_name(["gaps"]) == "claims-gaps"
     assert section_name(["failover", "invisibility"]) == "claims-failover-invisibility"
+    # Another fabric never writes over the default one's sections.
+    assert section_name(list(DEFAULT_ROWS), 4, 50) == "claims-" + "-".join(DEFAULT_ROWS) + "-4x50"
+    assert section_name(["invisibility"], 4, 50) == "claims-invisibility-4x50"
+
+
+def test_the_fabric_takes_a_plane_count_and_rate_within_bounds() -> None:
+    from tools.claims import fabric as cf
+    from tools.claims.rows import plane_cap_bps
+    from tools.errors import UserError
+
+    try:
+        cf.configure(4, 50)
+        assert cf.topology(4)["planes"] == 4 and cf.topology(4)["link"]["rate"] == "50mbit"
+        assert plane_cap_bps("tcp", cf.PLANES) == pytest.approx(4 * 50e6 * 1448 / 1514)
+        for bad in ((1, 100), (9, 100), (2, 5), (2, 5000)):
+            with pytest.raises(UserError):
+                cf.configure(*bad)
+        assert (cf.PLANES, cf.RATE_MBIT) == (4, 50)  # a refused call changes nothing
+    finally:
+        cf.configure()
+    assert (cf.PLANES, cf.RATE_MBIT) == (2, 100)
 
 
 def test_plane_events_time_the_park_from_the_fault() -> None:

@@ -33,6 +33,22 @@ from tools.errors import UserError
 REPO = Path(__file__).resolve().parents[2]
 PLANES = 2
 RATE_MBIT = 100
+#: Bounds of ``configure`` (a sitting's plane count and per-plane link rate).
+PLANES_RANGE = (2, 8)
+RATE_RANGE = (10, 1000)
+
+
+def configure(planes: int = 2, rate_mbit: int = 100) -> None:
+    """Set the fabric's plane count and per-plane link rate for this sitting
+    (``braid bench claims --planes/--rate``). Rows read them at run time."""
+    global PLANES, RATE_MBIT
+    if not PLANES_RANGE[0] <= planes <= PLANES_RANGE[1]:
+        raise UserError(f"--planes {planes}: the claims fabric takes "
+                        f"{PLANES_RANGE[0]}..{PLANES_RANGE[1]} planes")
+    if not RATE_RANGE[0] <= rate_mbit <= RATE_RANGE[1]:
+        raise UserError(f"--rate {rate_mbit}: the claims fabric takes "
+                        f"{RATE_RANGE[0]}..{RATE_RANGE[1]} Mbit/s per plane")
+    PLANES, RATE_MBIT = planes, rate_mbit
 TCP_PORT = 5301
 
 

@@ -13,14 +13,17 @@ from tools.claims.rows import CE_MARK
 DOCS_NAME = "claims"
 
 
-def section_name(rows: list[str]) -> str:
-    """The full matrix owns the ``claims`` section; a run of some rows only
-    writes its own section (``claims-gaps``, ...), never over the matrix."""
+def section_name(rows: list[str], planes: int = 2, rate_mbit: int = 100) -> str:
+    """The full matrix on the default fabric owns the ``claims`` section; a run
+    of some rows only writes its own section (``claims-gaps``, ...), and a
+    fabric other than 2 planes x 100 Mbit/s its own (``claims-...-4x50``),
+    never over the matrix."""
     from tools.claims.rows import DEFAULT_ROWS
 
-    if set(DEFAULT_ROWS) <= set(rows):
+    fabric = "" if (planes, rate_mbit) == (2, 100) else f"-{planes}x{rate_mbit}"
+    if set(DEFAULT_ROWS) <= set(rows) and not fabric:
         return DOCS_NAME
-    return DOCS_NAME + "-" + "-".join(rows)
+    return DOCS_NAME + "-" + "-".join(rows) + fabric
 
 
 def _f(x: Any, nd: int = 2, unit: str = "") -> str:
@@ -286,8 +289,9 @@ def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> 
     parts = [f"Measured {env['time']} at commit `{data['commit']}` on {env['machine']}, "
              f"{env['cpus']} CPUs (shared with other work: absolute numbers are noisy, ratios "
              f"within one sitting are the figures), {env['system']}, Python {env['python']}; "
-             f"{'--quick' if data['quick'] else 'full'} run, {data['hosts']} hosts x 2 planes "
-             f"at 100 Mbit/s, link element: {data['element']}; {data['seconds']:.0f} s"
+             f"{'--quick' if data['quick'] else 'full'} run, {data['hosts']} hosts x "
+             f"{data.get('planes', 2)} planes at {data.get('rate_mbit', 100)} Mbit/s, "
+             f"link element: {data['element']}; {data['seconds']:.0f} s"
              + (f"; 1-minute load average {data['loadavg']['start'][0]:.1f} at the start, "
                 f"{data['loadavg']['end'][0]:.1f} at the end (2 CPUs)"
                 if data.get("loadavg") else "") + "."]
@@ -329,6 +333,9 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
     plots_dir.mkdir(parents=True, exist_ok=True)
     out: list[Path] = []
     R = data["rows"]
+    # The full matrix's plots are claims-*.png; a partial run or another
+    # fabric names its own after its docs section, so it never replaces them.
+    stem = section_name(list(R), data.get("planes", 2), data.get("rate_mbit", 100))
     inv = R.get("invisibility", {}).get("series")
     if inv:
         stacks = sorted({k.split("/")[0] for k in inv})
@@ -348,7 +355,7 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
             ax.legend(fontsize=7)
         axes[0][0].set_ylabel("fraction of steps")
         fig.tight_layout()
-        p = plots_dir / "claims-step-cdf.png"
+        p = plots_dir / f"{stem}-step-cdf.png"
         fig.savefig(p, dpi=110)
         plt.close(fig)
         out.append(p)
@@ -376,7 +383,7 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=3)
         fig.tight_layout()
-        p = plots_dir / "claims-invisibility-timeline.png"
+        p = plots_dir / f"{stem}-invisibility-timeline.png"
         fig.savefig(p, dpi=110)
         plt.close(fig)
         out.append(p)
@@ -398,7 +405,7 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
-        p = plots_dir / f"claims-{row}.png"
+        p = plots_dir / f"{stem}-{row}.png"
         fig.savefig(p, dpi=110)
         plt.close(fig)
         out.append(p)
@@ -429,5 +436,6 @@ def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: 
     md = markdown(data, pngs, docs_path.parent)
     (out / "claims.md").write_text(md + "\n")
     if update_docs:
-        replace_section(docs_path, section_name(list(data["rows"])), md)
+        replace_section(docs_path, section_name(list(data["rows"]), data.get("planes", 2),
+                                                data.get("rate_mbit", 100)), md)
     return path

@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.claims import fabric as cf
 from tools.claims import metrics as m
-from tools.claims.fabric import PLANES, RATE_MBIT, ClaimsFabric
+from tools.claims.fabric import ClaimsFabric
 
 EFF = {"braid": 1368 / 1494, "braid-taildrop": 1368 / 1494, "tcp": 1448 / 1514,
        "mptcp": 1448 / 1514}
@@ -46,12 +47,12 @@ class Ctx:
 
 
 def plane_cap_bps(stack: str, planes: float = 1.0) -> float:
-    return planes * RATE_MBIT * 1e6 * EFF[stack]
+    return planes * cf.RATE_MBIT * 1e6 * EFF[stack]
 
 
 def pair_plane(a: int, b: int) -> int:
     """TCP pairs striped over planes, as a collective library does with NICs."""
-    return (a + b) % PLANES
+    return (a + b) % cf.PLANES
 
 
 def _record(ctx: Ctx, row: str, stack: str, label: str, res: dict[int, dict[str, Any]]
@@ -335,7 +336,7 @@ def failover(ctx: Ctx) -> dict[str, Any]:
                 ff_cap = med_bps
                 cap = med_bps
             else:
-                surviving = plane_cap_bps(stack, PLANES - 1 if stack != "tcp" else 1)
+                surviving = plane_cap_bps(stack, cf.PLANES - 1 if stack != "tcp" else 1)
                 cap = min(ff_cap or surviving, surviving)
             fo = m.failover(bins, int(t_fault / m.BIN_S), end, cap, first_bin=first)
             out[label] = {**fo, "capacity_mbps": cap / 1e6, "complete": ok,
@@ -365,14 +366,14 @@ def loss(ctx: Ctx) -> dict[str, Any]:
     for stack in ctx.stacks:
         out: dict[str, Any] = {}
         for r in rates:
-            faults = [(0.0, f"link h0:p{p} loss {r * 100:g}% up") for p in range(PLANES)] \
+            faults = [(0.0, f"link h0:p{p} loss {r * 100:g}% up") for p in range(cf.PLANES)] \
                 if r else None
             ctx.say(f"  loss/{stack}: {r * 100:g}% on every path, {dur:g} s")
             res = stream(ctx, stack, [(0, 3, 0.0, dur, None)], dur, faults)
             ok = _record(ctx, "loss", stack, f"{r * 100:g}%", res)
             bins = _bins(res, 3)
             gp = sum(bins[first:end]) * 8 / ((end - first) * m.BIN_S)
-            cap = plane_cap_bps(stack, PLANES if stack != "tcp" else 1)
+            cap = plane_cap_bps(stack, cf.PLANES if stack != "tcp" else 1)
             out[f"{r * 100:g}%"] = {"goodput_mbps": gp / 1e6, "capacity_mbps": cap / 1e6,
                                     "ratio": gp / cap, "complete": ok,
                                     "rtos": _rtos(stack, res)}
@@ -388,8 +389,9 @@ def asymmetric(ctx: Ctx) -> dict[str, Any]:
     dur = ctx.q(1.2, 3.0)
     first, end = 30, int(dur / m.BIN_S)
     cases = {
-        "half_rate": ([(0.0, f"plane 1 rate {RATE_MBIT // 2}mbit")], 1.5),
-        "latency": ([(0.0, "link h0:p1 delay 2ms"), (0.0, "link h3:p1 delay 2ms")], 2.0),
+        "half_rate": ([(0.0, f"plane 1 rate {cf.RATE_MBIT // 2}mbit")], cf.PLANES - 0.5),
+        "latency": ([(0.0, "link h0:p1 delay 2ms"), (0.0, "link h3:p1 delay 2ms")],
+                    float(cf.PLANES)),
     }
     if ctx.quick or ctx.fab.element != "userspace":
         # CI: one case is enough to show the row works; the eBPF ports have no
@@ -411,7 +413,7 @@ def asymmetric(ctx: Ctx) -> dict[str, Any]:
         ctx.say("  asymmetric/" + stack + ": " + ", ".join(
             f"{k} {v['ratio']:.2f}" for k, v in out.items()))
     return {"duration": dur, "cases": {
-        "half_rate": "every plane-1 link at half rate; capacity = 1.5 planes",
+        "half_rate": f"every plane-1 link at half rate; capacity = {cf.PLANES - 0.5:g} planes",
         "latency": "h0's and h3's plane-1 links +2 ms each way (RTT +8 ms on plane 1)"},
         "note": "tcp's single connection rides plane 1 (the degraded one)", "per_stack": per}
 
@@ -527,9 +529,9 @@ def incast(ctx: Ctx) -> dict[str, Any]:
     dur = ctx.q(1.5, 4.0)
     stacks = [s for st in ctx.stacks for s in ((st, "braid-taildrop") if st == "braid" else (st,))]
     per: dict[str, Any] = {}
-    recv_cap = plane_cap_bps("tcp", PLANES)
+    recv_cap = plane_cap_bps("tcp", cf.PLANES)
     for stack in stacks:
-        eff_cap = plane_cap_bps(stack, PLANES)
+        eff_cap = plane_cap_bps(stack, cf.PLANES)
         ctx.say(f"  incast/{stack}: victim alone, h{victim[0]} -> h{victim[1]}")
         alone = stream(ctx, stack, [(victim[0], victim[1], 0.0, dur, None)], dur)
         _record(ctx, "incast", stack, "victim_alone", alone)
