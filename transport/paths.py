@@ -370,6 +370,27 @@ class SprayPolicy(PathPolicy):
         if shares is not None and not shares.even:
             shares.charge(ev.plane, n)
 
+    def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None,
+               sent: float | None = None) -> None:
+        super().on_ack(ev, now, ecn, rtt, sent)
+        if self.shares is not None:
+            self.shares.on_outcome(ev.plane, acked=1)
+
+    def on_acks(self, ev: Ev, now: float, n: int, rtt: float | None, sent: float) -> None:
+        super().on_acks(ev, now, n, rtt, sent)
+        if self.shares is not None:
+            self.shares.on_outcome(ev.plane, acked=n)
+
+    def on_loss(self, ev: Ev, now: float, sent: float | None = None) -> None:
+        super().on_loss(ev, now, sent)
+        if self.shares is not None:
+            self.shares.on_outcome(ev.plane, lost=1)
+
+    def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
+        super().on_plane_loss(ev, now, sent)
+        if self.shares is not None:
+            self.shares.on_outcome(ev.plane, lost=1)
+
     def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
         super().on_plane_rtt(plane, rtt, now)
         shares = self.shares

@@ -44,6 +44,19 @@ EVEN = 0.97
 #: the swings of queues every plane shares (an incast's, a busy host's), so
 #: only a plane that is persistently slower loses share.
 HORIZON = 0.05
+#: Loss: a plane whose loss fraction (losses over losses + acknowledged
+#: packets, averaged over ``HORIZON``) exceeds the least lossy plane's by
+#: more than ``LOSSY`` has its weight capped at ``(1 - excess) ** LOSS_POWER``.
+#: Queueing delay alone reads a lossy plane as an *idle* one (what it drops
+#: never queues), so without this a gray host uplink, which loses on every EV
+#: of its plane alike, drew the largest share (issue 13, invisibility on
+#: 4 planes). Equal loss on every plane moves nothing. The loss memory
+#: survives a park: a plane unparked by a probe that got through is still
+#: the plane that lost half of what it carried.
+LOSSY = 0.1
+LOSS_POWER = 4
+#: Outcomes a plane needs in an update interval for its loss to count.
+LOSS_SAMPLES = 16
 #: Shares move only while the least queued plane shows under this fraction
 #: of the most queued one's delay (both plus the noise margin). 0.5 let two
 #: equal tail-drop planes, whose queues swing 1.3 ms against 3.2 ms under an
@@ -58,8 +71,8 @@ class PlaneShares:
     """Per-plane weights from per-plane queueing delay; smooth weighted
     round robin over the planes a caller says are eligible."""
 
-    __slots__ = ("_eligible", "base", "credit", "even", "last_update", "lt", "margin",
-                 "next_update", "qdelay", "samples", "updates", "weight")
+    __slots__ = ("_eligible", "acked", "base", "credit", "even", "last_update", "lf", "lost",
+                 "lt", "margin", "next_update", "qdelay", "samples", "updates", "weight")
 
     def __init__(self, planes: int, *, margin: float = 20e-6) -> None:
         #: Delay that counts as noise (added to both sides of the ratio): at
@@ -78,6 +91,17 @@ class PlaneShares:
         self.updates = 0
         #: The planes the last ``choose`` could pick from (``charge`` bills them).
         self._eligible: list[bool] | None = None
+        #: Losses and acknowledged packets per plane since the last update,
+        #: and each plane's loss fraction averaged over ``HORIZON``.
+        self.lost = [0] * planes
+        self.acked = [0] * planes
+        self.lf = [0.0] * planes
+
+    def on_outcome(self, plane: int, *, lost: int = 0, acked: int = 0) -> None:
+        """Packets sent on ``plane`` were declared lost or acknowledged."""
+        if 0 <= plane < len(self.lost):
+            self.lost[plane] += lost
+            self.acked[plane] += acked
 
     def on_rtt(self, plane: int, rtt: float, now: float) -> None:
         """A round trip through ``plane`` (seconds)."""
@@ -100,7 +124,9 @@ class PlaneShares:
         self.qdelay[plane] = 0.0
         self.samples[plane] = 0
         self.lt[plane] = 0.0
-        self.weight[plane] = 1.0
+        # Back with an even share, unless it was losing: then with its cap.
+        excess = self.lf[plane] - min(self.lf)
+        self.weight[plane] = 1.0 if excess <= LOSSY else max(FLOOR, (1.0 - excess) ** LOSS_POWER)
         self.credit[plane] = 0.0
         self.even = all(w == 1.0 for w in self.weight)
 
@@ -128,11 +154,27 @@ class PlaneShares:
             # application-limited sender): only the pull towards even acts.
             ratio = 1.0 if not room or abs(q - mean) < m else (mean + m) / (q + m)
             w[p] = w[p] ** (1 - PULL) * min(max(ratio ** GAIN, 1 / STEP), STEP)
+        self._loss_caps(live, a)
         top = max(w[p] for p in live)
         for p in live:
             v = w[p] / top
             w[p] = 1.0 if v >= EVEN else max(v, FLOOR)
         self.even = all(x == 1.0 for x in w)
+
+    def _loss_caps(self, live: list[int], a: float) -> None:
+        """Average each plane's loss fraction; cap the weight of a plane that
+        loses much more than the least lossy one."""
+        lf, w = self.lf, self.weight
+        for p in live:
+            n = self.lost[p] + self.acked[p]
+            if n >= LOSS_SAMPLES:
+                lf[p] += a * (self.lost[p] / n - lf[p])
+            self.lost[p] = self.acked[p] = 0
+        least = min(lf[p] for p in live)
+        for p in live:
+            excess = lf[p] - least
+            if excess > LOSSY:
+                w[p] = min(w[p], max(FLOOR, (1.0 - excess) ** LOSS_POWER))
 
     def choose(self, eligible: list[bool]) -> int | None:
         """The plane of the next packet among ``eligible`` ones (smooth
@@ -170,4 +212,5 @@ class PlaneShares:
         credit[plane] -= total
 
     def snapshot(self) -> dict[str, list[float]]:
-        return {"weight": list(self.weight), "qdelay": list(self.qdelay)}
+        return {"weight": list(self.weight), "qdelay": list(self.qdelay),
+                "loss": list(self.lf)}

@@ -50,3 +50,27 @@ def test_equal_queues_stay_even() -> None:
         s.on_rtt(0, 1e-3 + (5e-3 if (k // 50) % 2 else 1e-3), t)
         s.on_rtt(1, 1e-3 + (1e-3 if (k // 50) % 2 else 5e-3), t)
     assert s.even
+
+
+def test_a_lossy_plane_loses_its_share_and_keeps_it_across_a_park() -> None:
+    # A gray host uplink loses on every EV of its plane alike; what it drops
+    # never queues, so by queueing delay alone it looks like the idlest plane
+    # (on the real 4-plane testbed it drew the largest share: a 170 ms step).
+    def run(loss0: float, loss1: float) -> PlaneShares:
+        s = PlaneShares(2)
+        t = 0.0
+        for _ in range(2000):  # 200 ms: the loss fraction is averaged over 50 ms
+            t += 1e-4
+            for plane, loss in ((0, loss0), (1, loss1)):
+                s.on_rtt(plane, 1e-3, t)  # the same delay on both planes
+                s.on_outcome(plane, lost=round(20 * loss), acked=20 - round(20 * loss))
+        return s
+
+    gray = run(0.5, 0.0)
+    assert gray.weight[1] == 1.0 and gray.weight[0] <= 0.1 and not gray.even
+    picks = [gray.choose([True, True]) for _ in range(1000)]
+    assert picks.count(0) < 100
+    gray.reset(0)  # parked and back: still the plane that lost half
+    assert gray.weight[0] <= 0.1 and not gray.even
+    assert run(0.03, 0.0).even  # a little loss is noise
+    assert run(0.3, 0.3).even  # equal loss everywhere moves nothing
