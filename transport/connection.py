@@ -510,6 +510,10 @@ class Connection:
         ecn = bool(flags & _ECN_ECHO)
         self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
                              sampled=res.sampled, rtt=res.rtt)
+        for p in res.late:
+            if p.lost_plane >= 0:
+                self.paths.on_late(p.lost_plane)
+                p.lost_plane = -1
         acked = res.acked_bytes
         if acked or ecn:
             self.cc.on_ack(AckSample(
@@ -554,6 +558,12 @@ class Connection:
             last_hop = nack.reason == NackReason.TRIMMED_LAST_HOP
             p = self.sender.on_nack_trimmed(nack.psn, nack.echo_ts)
             if p is None:
+                # Declared lost before its trim was heard: congestion, not a
+                # lossy plane (the plane shares take the loss back).
+                q = self.sender.lost_copy(nack.psn, nack.echo_ts)
+                if q is not None and q.lost_plane >= 0:
+                    self.paths.on_late(q.lost_plane)
+                    q.lost_plane = -1
                 return
             if last_hop:
                 self.trims_last_hop += 1

@@ -277,6 +277,11 @@ class PathPolicy:
     def on_loss(self, ev: Ev, now: float, sent: float | None = None) -> None:
         self.ev_set.on_loss(ev, now, sent)
 
+    def on_late(self, plane: int) -> None:
+        """A packet declared lost on ``plane`` was acknowledged after all (an
+        earlier copy was only late): nothing to undo here; the plane shares
+        take the loss back."""
+
     def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
         """A round trip through ``plane`` (a SACK's echo)."""
         self.ev_set.plane_rtt_sample(plane, rtt)
@@ -390,6 +395,10 @@ class SprayPolicy(PathPolicy):
         super().on_plane_loss(ev, now, sent)
         if self.shares is not None:
             self.shares.on_outcome(ev.plane, lost=1)
+
+    def on_late(self, plane: int) -> None:
+        if self.shares is not None:
+            self.shares.on_late(plane)
 
     def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
         super().on_plane_rtt(plane, rtt, now)

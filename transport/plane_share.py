@@ -45,7 +45,7 @@ EVEN = 0.97
 #: only a plane that is persistently slower loses share.
 HORIZON = 0.05
 #: Loss: a plane whose loss fraction (losses over losses + acknowledged
-#: packets, averaged over ``HORIZON``) exceeds the least lossy plane's by
+#: packets, averaged over its recent outcomes) exceeds the least lossy plane's by
 #: more than ``LOSSY`` has its weight capped at ``(1 - excess) ** LOSS_POWER``.
 #: Queueing delay alone reads a lossy plane as an *idle* one (what it drops
 #: never queues), so without this a gray host uplink, which loses on every EV
@@ -55,8 +55,20 @@ HORIZON = 0.05
 #: the plane that lost half of what it carried.
 LOSSY = 0.1
 LOSS_POWER = 4
-#: Outcomes a plane needs in an update interval for its loss to count.
+#: Each plane's losses and acknowledgements add up until there are
+#: ``LOSS_SAMPLES`` of them, then fold into its loss fraction, an average over
+#: its last ~``LOSS_MEMORY`` outcomes (weight n / LOSS_MEMORY). Counted in
+#: outcomes, not time: per update interval with a time weight, a plane at a
+#: small share (the cap itself, or the floor) never reached the count and kept
+#: its cap after the link healed (a spine reboot in ``braid demo`` left plane 0
+#: at 11% of the packets for the rest of the transfer), and a window spanning
+#: an idle gap between bursts weighed as if it were 50 ms of evidence. A loss
+#: acknowledged after all (a copy overtaken by a less queued plane's, or one
+#: whose trim was heard after it was declared lost) is taken back (``on_late``).
 LOSS_SAMPLES = 16
+LOSS_MEMORY = 64
+#: Round trips a plane must have shown before its figures count.
+LIVE = 8
 #: Shares move only while the least queued plane shows under this fraction
 #: of the most queued one's delay (both plus the noise margin). 0.5 let two
 #: equal tail-drop planes, whose queues swing 1.3 ms against 3.2 ms under an
@@ -71,8 +83,26 @@ class PlaneShares:
     """Per-plane weights from per-plane queueing delay; smooth weighted
     round robin over the planes a caller says are eligible."""
 
-    __slots__ = ("_eligible", "acked", "base", "credit", "even", "last_update", "lf", "lost",
-                 "lt", "margin", "next_update", "qdelay", "samples", "updates", "weight")
+    __slots__ = (
+        "_eligible",
+        "acked",
+        "base",
+        "credit",
+        "even",
+        "folded",
+        "last_update",
+        "lf",
+        "lost",
+        "lt",
+        "margin",
+        "next_update",
+        "qdelay",
+        "samples",
+        "seen",
+        "unit",
+        "updates",
+        "weight",
+    )
 
     def __init__(self, planes: int, *, margin: float = 20e-6) -> None:
         #: Delay that counts as noise (added to both sides of the ratio): at
@@ -91,17 +121,34 @@ class PlaneShares:
         self.updates = 0
         #: The planes the last ``choose`` could pick from (``charge`` bills them).
         self._eligible: list[bool] | None = None
-        #: Losses and acknowledged packets per plane since the last update,
-        #: and each plane's loss fraction averaged over ``HORIZON``.
+        #: Losses and acknowledged packets per plane not yet folded, and each
+        #: plane's loss fraction (averaged over ~``LOSS_MEMORY`` outcomes).
         self.lost = [0] * planes
         self.acked = [0] * planes
         self.lf = [0.0] * planes
+        #: What one loss of each plane's last fold added to ``lf``.
+        self.unit = [0.0] * planes
 
     def on_outcome(self, plane: int, *, lost: int = 0, acked: int = 0) -> None:
-        """Packets sent on ``plane`` were declared lost or acknowledged."""
-        if 0 <= plane < len(self.lost):
+        """Packets sent on ``plane`` were declared lost or acknowledged.
+        Counted once the plane is timed (``LIVE`` round trips): before that
+        the sender's loss detection does not know the plane's RTT, and a slow
+        plane's packets were declared lost only for being slow."""
+        if 0 <= plane < len(self.lost) and self.samples[plane] >= LIVE:
             self.lost[plane] += lost
             self.acked[plane] += acked
+
+    def on_late(self, plane: int) -> None:
+        """A packet sent on ``plane`` that was declared lost was acknowledged
+        after all: take the loss back (from the average if it was folded in
+        already: a copy overtaken by a less queued plane's is often acknowledged
+        a window of outcomes later)."""
+        if not 0 <= plane < len(self.lost):
+            return
+        if self.lost[plane] > 0:
+            self.lost[plane] -= 1
+        else:
+            self.lf[plane] = max(0.0, self.lf[plane] - self.unit[plane])
 
     def on_rtt(self, plane: int, rtt: float, now: float) -> None:
         """A round trip through ``plane`` (seconds)."""
@@ -131,7 +178,7 @@ class PlaneShares:
         self.even = all(w == 1.0 for w in self.weight)
 
     def _update(self, now: float) -> None:
-        live = [p for p, n in enumerate(self.samples) if n >= 8]
+        live = [p for p, n in enumerate(self.samples) if n >= LIVE]
         last, self.last_update = self.last_update, now
         if len(live) < 2 or last is None:
             return
@@ -154,22 +201,24 @@ class PlaneShares:
             # application-limited sender): only the pull towards even acts.
             ratio = 1.0 if not room or abs(q - mean) < m else (mean + m) / (q + m)
             w[p] = w[p] ** (1 - PULL) * min(max(ratio ** GAIN, 1 / STEP), STEP)
-        self._loss_caps(live, a)
+        self._loss_caps(live)
         top = max(w[p] for p in live)
         for p in live:
             v = w[p] / top
             w[p] = 1.0 if v >= EVEN else max(v, FLOOR)
         self.even = all(x == 1.0 for x in w)
 
-    def _loss_caps(self, live: list[int], a: float) -> None:
+    def _loss_caps(self, live: list[int]) -> None:
         """Average each plane's loss fraction; cap the weight of a plane that
         loses much more than the least lossy one."""
         lf, w = self.lf, self.weight
         for p in live:
             n = self.lost[p] + self.acked[p]
             if n >= LOSS_SAMPLES:
+                a = min(1.0, n / LOSS_MEMORY)
                 lf[p] += a * (self.lost[p] / n - lf[p])
-            self.lost[p] = self.acked[p] = 0
+                self.unit[p] = a / n
+                self.lost[p] = self.acked[p] = 0
         least = min(lf[p] for p in live)
         for p in live:
             excess = lf[p] - least

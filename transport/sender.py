@@ -62,6 +62,9 @@ class SentPacket:
     tlp: bool = False
     #: (plane << 16) | EV value of the latest transmission (-1: not sent).
     ev_key: int = -1
+    #: The plane the latest loss declaration was charged to (-1: none), so
+    #: that a copy acknowledged after all can take it back.
+    lost_plane: int = -1
     #: The whole message this segment is a slice of (retransmissions re-read it).
     data: Any = None
 
@@ -89,6 +92,9 @@ class AckResult:
     #: (plane, RTT) of the SACK's echo, also when the packet it echoes was
     #: already acknowledged by a SACK that came back on a faster plane.
     plane_rtt: tuple[int, float] | None = None
+    #: Packets declared lost and acknowledged after all (their first copy
+    #: was only late).
+    late: list[SentPacket] = field(default_factory=list)
 
 
 class RttEstimator:
@@ -332,12 +338,14 @@ class Sender:
             self.retx_queue.remove(p)
             if not p.tlp:
                 self._spurious()
+                res.late.append(p)
         else:
             del self.inflight[p.psn]
             self.bytes_in_flight -= p.length
             if (p.transmissions > 1 and echo_ts is not None and echo_ts != p.timestamp
                     and not p.tlp):
                 self._spurious()  # an older copy arrived: the resend was not needed
+                res.late.append(p)
         if p.transmissions == 1 and self.reorder_extra:
             self.reorder_extra *= 0.998
         # Only an ack known to be for the latest copy says anything about the
@@ -537,6 +545,16 @@ class Sender:
         # Served before the rest of the retransmissions: the receiver is waiting.
         self.retx_queue.appendleft(p)
         return p
+
+    def lost_copy(self, psn: int, echo_ts: int) -> SentPacket | None:
+        """The packet of a NACK for a copy already declared lost (waiting to
+        be resent, or resent: the NACK names an older copy), or None."""
+        psn = unwrap(psn, self.cum_acked)
+        p = self._lost.get(psn)
+        if p is not None:
+            return p if p.timestamp == echo_ts else None
+        p = self.inflight.get(psn)
+        return p if p is not None and p.timestamp != echo_ts and p.lost_plane >= 0 else None
 
     def tlp_deadline(self) -> float | None:
         """When to send a tail-loss probe: two smoothed RTTs plus the ACK

@@ -213,9 +213,11 @@ def run_transfer(*, size: int = 64 << 20, msg_size: int = 1 << 20, loss: float =
                  seed: int = 1, planes: int = 4, evs_per_plane: int = 16,
                  policy: str = "spray",
                  setup: Callable[[Simulator, Fabric, Peer, Peer], None] | None = None,
-                 until: float = 5.0, **cfg: Any) -> dict[str, Any]:
-    """One bulk transfer a→b; scenarios (a) and (b), and the base of others."""
-    fab = make_fabric(planes=planes, seed=seed)
+                 until: float = 5.0, fabric_kw: dict[str, Any] | None = None,
+                 **cfg: Any) -> dict[str, Any]:
+    """One bulk transfer a→b; scenarios (a) and (b), and the base of others.
+    ``fabric_kw``: more ``make_fabric`` arguments (spines, rate, delay)."""
+    fab = make_fabric(planes=planes, seed=seed, **(fabric_kw or {}))
     if loss:
         for ln in fab.links():
             if ln.name.startswith("spine"):

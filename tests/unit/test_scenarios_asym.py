@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.sim.scenarios_asym import scenario_asymmetric
+from testbed.sim.scenarios_asym import scenario_asymmetric, scenario_gray_heal
 from transport.plane_share import PlaneShares
 
 
@@ -74,3 +74,64 @@ def test_a_lossy_plane_loses_its_share_and_keeps_it_across_a_park() -> None:
     assert gray.weight[0] <= 0.1 and not gray.even
     assert run(0.03, 0.0).even  # a little loss is noise
     assert run(0.3, 0.3).even  # equal loss everywhere moves nothing
+
+
+def test_a_capped_plane_that_heals_gets_its_share_back() -> None:
+    # Capped at the floor, a plane carries a packet now and then; its loss
+    # fraction must still be sampled (outcomes add up across update
+    # intervals), else the cap outlives the fault.
+    s = PlaneShares(2)
+    t = 0.0
+    for _ in range(2000):
+        t += 1e-4
+        for plane in (0, 1):
+            s.on_rtt(plane, 1e-3, t)
+        s.on_outcome(0, lost=10, acked=10)
+        s.on_outcome(1, acked=20)
+    assert s.weight[0] <= 0.1
+    healed_at = None
+    for k in range(20000):  # 2 s; the healed plane gets 1 packet per ms
+        t += 1e-4
+        for plane in (0, 1):
+            s.on_rtt(plane, 1e-3, t)
+        if k % 10 == 0:
+            s.on_outcome(0, acked=1)
+        s.on_outcome(1, acked=20)
+        if s.weight[0] == 1.0:
+            healed_at = k
+            break
+    assert healed_at is not None and s.even
+
+
+def test_a_loss_acknowledged_after_all_is_taken_back() -> None:
+    # A copy declared lost and then acknowledged (reordered behind a more
+    # queued plane, or trimmed: congestion, not a lossy plane) does not count.
+    s = PlaneShares(2)
+    t = 0.0
+    for _ in range(2000):
+        t += 1e-4
+        for plane in (0, 1):
+            s.on_rtt(plane, 1e-3, t)
+        s.on_outcome(0, lost=6, acked=14)
+        for _ in range(6):
+            s.on_late(0)
+        s.on_outcome(1, acked=20)
+    assert s.even and s.lf[0] == 0.0
+
+
+def test_outcomes_before_a_plane_is_timed_do_not_count() -> None:
+    # Before its first round trips the sender's loss detection does not know
+    # a slow plane's RTT: what it declares lost there is only slow.
+    s = PlaneShares(2)
+    s.on_outcome(1, lost=20)
+    assert s.lost == [0, 0]
+
+
+def test_a_gray_plane_is_capped_then_healed_in_virtual_time() -> None:
+    r = scenario_gray_heal()
+    assert r["ok"] and not r["failed"] and r["rtos"] == 0
+    share = r["plane0_share"]
+    assert 0.22 <= share["before"] <= 0.28, share  # 4 planes, even
+    assert share["gray"] < 0.1, share  # it lost half of what it carried
+    assert share["after"] >= 0.22, share  # and has its even share back (was 0.14)
+    assert r["healed_after"] is not None and r["healed_after"] <= 0.3, r["healed_after"]
