@@ -868,7 +868,8 @@ class Daemon:
                 "stats": _jsonable(c.stats()),
                 "cc": _jsonable(c.cc.stats()),
                 "paths": {"policy": snap.get("policy"), "states": snap.get("states"),
-                          "planes": snap.get("planes"), "evs": snap.get("evs")},
+                          "planes": snap.get("planes"), "evs": snap.get("evs"),
+                          "plane_shares": _jsonable(snap.get("plane_shares"))},
             })
         return {
             "name": self.cfg.name,

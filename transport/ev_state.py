@@ -197,9 +197,12 @@ class EvSet:
     ``probe_initial`` (4 x base_rtt, first probe after an EV goes bad) and
     ``probe_max`` (64 x base_rtt, the backoff cap).
 
-    A plane is parked when ``plane_bad_fraction`` of its non-denied EVs are
-    ASSUMED_BAD, or when it is *silent*: a packet sent on it after its newest
-    answered one was declared lost, and its oldest unanswered send is
+    A plane is parked when ``plane_bad_fraction`` (2/3) of its non-denied EVs
+    are ASSUMED_BAD (a dead plane goes bad EV after EV under spraying; 1/2
+    parked a two-spine plane whose one spine rebooted, when its other spine
+    could carry the plane's whole rate), or when it is *silent*: a packet
+    sent on it after its newest answered one was declared lost, and its
+    oldest unanswered send is
     ``plane_silence`` old. Time since an unanswered send (not since anything
     was last heard, which counts idle time and late answers to older
     packets) makes the rule independent of traffic volume: one packet in
@@ -226,7 +229,7 @@ class EvSet:
         base_rtt: float = 1e-3,
         probe_initial: float | None = None,
         probe_max: float | None = None,
-        plane_bad_fraction: float = 0.5,
+        plane_bad_fraction: float = 2 / 3,
         plane_loss_evs: int = 4,
         plane_silence: float | None = None,
         plane_probe_evs: int = 2,

@@ -217,6 +217,11 @@ class PlaneShares:
         """Average each plane's loss fraction; cap the weight of a plane that
         loses much more than the least lossy one."""
         lf, w = self.lf, self.weight
+        # Only a plane that delivers is a reference: one that has just died
+        # declares its losses late (silence, not SACK gaps) and looked like the
+        # least lossy, so a gray survivor was capped in favour of dead planes
+        # (compound fault, sim: an RTO).
+        delivering = [p for p in live if self.acked[p] > 0]
         for p in live:
             n = self.lost[p] + self.acked[p]
             if n >= LOSS_SAMPLES:
@@ -224,7 +229,9 @@ class PlaneShares:
                 lf[p] += a * (self.lost[p] / n - lf[p])
                 self.unit[p] = a / n
                 self.lost[p] = self.acked[p] = 0
-        least = min(lf[p] for p in live)
+        if not delivering:
+            return
+        least = min(lf[p] for p in delivering)
         for p in live:
             excess = lf[p] - least
             if excess > LOSSY:

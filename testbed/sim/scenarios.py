@@ -542,10 +542,14 @@ def scenario_collision(*, size_each: int = 8 << 20) -> dict[str, Any]:
 
 
 def scenario_spine_down(*, size: int = 32 << 20, seed: int = 9, down_at: float = 1e-3,
-                        up_at: float = 5e-3) -> dict[str, Any]:
+                        up_at: float = 5e-3, spine_index: int = 0,
+                        fabric_kw: dict[str, Any] | None = None) -> dict[str, Any]:
     """(j) Spine 0 of plane 0 reboots (both directions black, the plane itself
     alive): data *and* SACKs that hash onto it vanish. Goodput should stay
-    near the remaining capacity (15/16) and few packets should be resent in vain."""
+    near the remaining capacity (15/16) and few packets should be resent in vain.
+    ``fabric_kw`` {"spines": 2, ...}: half of plane 0's paths die, as in
+    ``braid demo``'s fabric; the plane must stay in use (its other half
+    carries its full rate)."""
     marks: dict[str, float] = {}
 
     def setup(sim: Simulator, fab: Fabric, a: Peer, b: Peer) -> None:
@@ -553,8 +557,8 @@ def scenario_spine_down(*, size: int = 32 << 20, seed: int = 9, down_at: float =
         marks["down"], marks["up"] = t0 + down_at, t0 + up_at
 
         def spine(down: bool) -> None:
-            fab.link("spine", "b", 0, 0).down = down  # a -> b data
-            fab.link("spine", "a", 0, 0).down = down  # b -> a SACKs
+            fab.link("spine", "b", 0, spine_index).down = down  # a -> b data
+            fab.link("spine", "a", 0, spine_index).down = down  # b -> a SACKs
             if down:
                 marks["acked_at_down"] = a.acked_bytes
             else:
@@ -563,7 +567,7 @@ def scenario_spine_down(*, size: int = 32 << 20, seed: int = 9, down_at: float =
         sim.at(marks["down"], lambda: spine(True))
         sim.at(marks["up"], lambda: spine(False))
 
-    r = run_transfer(size=size, seed=seed, setup=setup)
+    r = run_transfer(size=size, seed=seed, setup=setup, fabric_kw=fabric_kw)
     during = (marks["acked_at_up"] - marks["acked_at_down"]) / (up_at - down_at)
     cap: float = r["capacity"]
     b: Peer = r["b"]
@@ -571,5 +575,7 @@ def scenario_spine_down(*, size: int = 32 << 20, seed: int = 9, down_at: float =
         "goodput_during_over_capacity": during / cap,
         "duplicates_received": b.conn.receiver.duplicates,
         "spurious_losses": r["a"].conn.sender.spurious_losses,
+        "plane0_parks": sum(1 for e in r["a"].conn.paths.ev_set.plane_log
+                            if e[1] == 0 and e[2] == "parked"),
     })
     return r

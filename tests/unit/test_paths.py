@@ -373,6 +373,7 @@ def test_allow_into_fully_denied_parked_plane_gets_probed() -> None:
     p = SprayPolicy(planes=2, evs_per_plane=2, base_rtt=RTT)
     a, b = p.evs[0], p.evs[1]
     p.on_loss(a, 1.0)
+    p.on_loss(b, 1.0)
     assert p.parked_planes() == [0]
     p.deny(a)
     p.deny(b)

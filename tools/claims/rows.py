@@ -195,6 +195,21 @@ class _Ping:
         return {"min": float(m.group(1)), "avg": float(m.group(2)), "max": float(m.group(3))}
 
 
+def _sender_state(res: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """The busiest Braid sender's window and plane shares at the end of a run
+    (what limits an asymmetric-planes stream: the window cap or the shares)."""
+    conns = [c for r in res.values() for c in r.get("conns", []) if c.get("packets_sent")]
+    if not conns:
+        return None
+    c = max(conns, key=lambda c: c.get("packets_sent") or 0)
+    shares = c.get("plane_shares") or {}
+    return {"cwnd": c.get("cwnd"), "max_window": c.get("max_window"),
+            "srtt_ms": (c.get("srtt") or 0) * 1000, "min_rtt_ms": (c.get("min_rtt") or 0) * 1000,
+            "plane_weight": shares.get("weight"),
+            "plane_qdelay_ms": [q * 1000 for q in shares.get("qdelay") or []],
+            "plane_loss": shares.get("loss")}
+
+
 def _srtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
     vals = [c["srtt"] for r in res.values() for c in r.get("conns", [])
             if isinstance(c.get("srtt"), int | float) and c["srtt"] > 0
@@ -409,6 +424,8 @@ def asymmetric(ctx: Ctx) -> dict[str, Any]:
             cap = plane_cap_bps(stack, planes_cap)
             out[case] = {"goodput_mbps": gp / 1e6, "capacity_mbps": cap / 1e6,
                          "ratio": gp / cap, "complete": ok, "srtt_ms": _srtt_ms(res)}
+            if stack == "braid":
+                out[case]["sender"] = _sender_state(res)
         per[stack] = out
         ctx.say("  asymmetric/" + stack + ": " + ", ".join(
             f"{k} {v['ratio']:.2f}" for k, v in out.items()))

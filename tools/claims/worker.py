@@ -365,8 +365,9 @@ class Worker:
     async def conn_stats(self) -> dict[int, dict[str, Any]]:
         """The local daemon's connections by local cid (Braid only)."""
         st = await asyncio.wait_for(self.client.stats(), 5)
-        return {int(c["stats"]["local_cid"]): {"peer": c.get("peer"), "role": c.get("role"),
-                                               "cc": c.get("cc") or {}, **c["stats"]}
+        return {int(c["stats"]["local_cid"]): {
+            "peer": c.get("peer"), "role": c.get("role"), "cc": c.get("cc") or {},
+            "plane_shares": (c.get("paths") or {}).get("plane_shares"), **c["stats"]}
                 for c in st.get("connections", [])}
 
     async def close(self) -> dict[str, Any]:
@@ -389,7 +390,8 @@ class Worker:
                     conns.append({"peer": c["peer"], "role": c["role"], **d,
                                   **{k: c.get(k) for k in ("srtt", "min_rtt", "cwnd",
                                                            "parked_planes", "state",
-                                                           "probe_interval")},
+                                                           "probe_interval", "plane_shares")},
+                                  "max_window": cc.get("max_window"),
                                   # parks/unparks during this run (absolute times)
                                   "plane_log": [e for e in c.get("plane_log") or []
                                                 if e[0] >= self.go - 0.001],
