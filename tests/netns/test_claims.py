@@ -80,6 +80,10 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
                 "probe_interval_ms"} <= set(planes), planes
         assert planes["probe_interval_ms"] > 0
     assert co["braid"]["stall_limit_ms"] is None or co["braid"]["stall_limit_ms"] > 0
+    # what limits the asymmetric stream: the sender's window and plane shares
+    snd = data["rows"]["asymmetric"]["per_stack"]["braid"]["half_rate"]["sender"]
+    assert snd["cwnd"] > 0 and snd["max_window"] >= snd["cwnd"], snd
+    assert len(snd["plane_weight"]) == 2 and max(snd["plane_weight"]) == 1.0, snd
     assert data["transfers"]
     for t in data["transfers"]:
         assert t["ok"] or t["reason"], t  # byte-exact, or failed with a reason
