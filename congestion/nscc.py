@@ -41,11 +41,25 @@ scenarios that motivate each):
 1. Loss on a fabric that never marks. UEC assumes ECN-marking switches; a
    tbf or a port with marking off never marks, so delay above target only
    ever meets the fair increase and the queue grows to the buffer. Once a
-   congestive loss (reported by the connection only when there was queueing
-   behind it) has been seen and no ECN mark ever has, the connection treats
-   delay above target as the mark: the ECN row applies to every ACK. The
-   first ECN mark switches this off for good, so a marking fabric behaves
-   exactly as specified.
+   congestive loss has been seen and no ECN mark or trim ever has, the
+   connection treats delay above target as the mark: the ECN row applies to
+   every ACK. The first ECN mark or trim switches this off for good, so a
+   marking fabric behaves exactly as specified. A loss is congestive when
+   (a) the connection reports it (only with queueing above the target
+   behind it, or on a timeout), (b) the delay at it is above the target, and
+   (c) the delay at it is above the highest delay the path carried without
+   loss over the last ``calm_rtts`` (32) RTTs: per RTT the highest sample,
+   leaving out the loss's own two RTTs, every RTT with a loss and the RTTs
+   of a delay rising to one (a queue filling up to the drop). A tail-drop
+   buffer overflows at the top of its delay; a random loss on a host whose
+   scheduling delay sits above the target comes at a delay the path carries
+   anyway (issue 13: 0-8 ms of host jitter and 0.1% random loss took a
+   stream from 0.78 to 0.04 of capacity). (c) is void when no such RTT
+   exists or at least half the RTTs had a loss (a queue standing at the
+   buffer, or nothing known yet). And delay as the mark stands down (not
+   for good) when a sample exceeds ``REVOKE_FACTOR`` (1.25) × the highest
+   delay of the RTTs whose loss turned it on: no tail-drop buffer caps that
+   delay (a busy host whose first loss came while its delay still rose).
 2. Probing above target. After ``quiet_rtts`` RTTs without any congestion
    signal (ECN, trim, loss, timeout, QuickAdapt), the fair increase grows
    by at least ``probe_gain`` of the window per RTT: on a software host
@@ -88,7 +102,8 @@ class Nscc:
     ``qa_delay`` is the filtered queueing delay that triggers QuickAdapt
     (default 4 × target). Both defaults follow the learned base RTT; explicit
     values stay fixed. ``fi_delay`` is "near zero" for fast increase (default
-    target / 10).
+    target / 10). ``calm_rtts`` is how many RTTs of loss-free delay deviation
+    1 compares a loss with.
     """
 
     def __init__(
