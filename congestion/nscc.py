@@ -41,11 +41,25 @@ scenarios that motivate each):
 1. Loss on a fabric that never marks. UEC assumes ECN-marking switches; a
    tbf or a port with marking off never marks, so delay above target only
    ever meets the fair increase and the queue grows to the buffer. Once a
-   congestive loss (reported by the connection only when there was queueing
-   behind it) has been seen and no ECN mark ever has, the connection treats
-   delay above target as the mark: the ECN row applies to every ACK. The
-   first ECN mark switches this off for good, so a marking fabric behaves
-   exactly as specified.
+   congestive loss has been seen and no ECN mark or trim ever has, the
+   connection treats delay above target as the mark: the ECN row applies to
+   every ACK. The first ECN mark or trim switches this off for good, so a
+   marking fabric behaves exactly as specified. A loss is congestive when
+   (a) the connection reports it (only with queueing above the target
+   behind it, or on a timeout), (b) the delay at it is above the target, and
+   (c) the delay at it is above the highest delay the path carried without
+   loss over the last ``calm_rtts`` (32) RTTs: per RTT the highest sample,
+   leaving out the loss's own two RTTs, every RTT with a loss and the RTTs
+   of a delay rising to one (a queue filling up to the drop). A tail-drop
+   buffer overflows at the top of its delay; a random loss on a host whose
+   scheduling delay sits above the target comes at a delay the path carries
+   anyway (issue 13: 0-8 ms of host jitter and 0.1% random loss took a
+   stream from 0.78 to 0.04 of capacity). (c) is void when no such RTT
+   exists or at least half the RTTs had a loss (a queue standing at the
+   buffer, or nothing known yet). And delay as the mark stands down (not
+   for good) when a sample exceeds ``REVOKE_FACTOR`` (1.25) × the highest
+   delay of the RTTs whose loss turned it on: no tail-drop buffer caps that
+   delay (a busy host whose first loss came while its delay still rose).
 2. Probing above target. After ``quiet_rtts`` RTTs without any congestion
    signal (ECN, trim, loss, timeout, QuickAdapt), the fair increase grows
    by at least ``probe_gain`` of the window per RTT: on a software host
@@ -73,6 +87,11 @@ from collections import deque
 
 from congestion.base import AckSample, Pacer
 
+#: Deviation 1 stands down when a delay sample exceeds this many times the
+#: delay of the RTT whose loss turned it on (no tail-drop buffer caps it).
+REVOKE_FACTOR = 1.25
+_LOSS, _RISE = 2.0, 1.0  # deviation 1's per-RTT flags
+
 
 class Nscc:
     """Window controller. Units: bytes, seconds, bytes/second.
@@ -83,7 +102,8 @@ class Nscc:
     ``qa_delay`` is the filtered queueing delay that triggers QuickAdapt
     (default 4 × target). Both defaults follow the learned base RTT; explicit
     values stay fixed. ``fi_delay`` is "near zero" for fast increase (default
-    target / 10).
+    target / 10). ``calm_rtts`` is how many RTTs of loss-free delay deviation
+    1 compares a loss with.
     """
 
     def __init__(
@@ -109,6 +129,7 @@ class Nscc:
         probe_gain: float = 0.25,
         quiet_rtts: float = 4.0,
         loss_as_mark: bool = True,
+        calm_rtts: int = 32,
         mark_gain: float = 0.0,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
@@ -143,6 +164,9 @@ class Nscc:
         self.probe_gain = probe_gain
         self.quiet_rtts = quiet_rtts
         self.loss_as_mark = loss_as_mark
+        if calm_rtts < 1:
+            raise ValueError("calm_rtts must be >= 1")
+        self.calm_rtts = int(calm_rtts)
         if not 0 <= mark_gain <= 1:
             raise ValueError("mark_gain must be in [0, 1] (0: every MD is full size)")
         self.mark_gain = mark_gain
@@ -173,6 +197,15 @@ class Nscc:
         # behind them, delay above target is the mark.
         self._fabric_signals = False
         self._delay_is_mark = False
+        # ... and only a loss with more queueing delay than the path carried
+        # without loss counts (a random loss on a host whose scheduling delay
+        # sits above the target does not). Per RTT-long bucket: [start,
+        # highest delay sample, _LOSS if a loss was reported in it, _RISE if
+        # its delay rose to one, else 0].
+        self._calm: deque[list[float]] = deque()
+        # The highest delay of the RTTs whose loss made delay the mark: a
+        # tail-drop buffer overflowed there, so it caps the queue.
+        self._mark_level = 0.0
         # Application-limited detection for QuickAdapt: did the window hold
         # back a packet the sender had ready, in this or the previous
         # QuickAdapt period? (No ACKs arrive during a stall, so a stalled
@@ -193,6 +226,7 @@ class Nscc:
             "trimmed_bytes": 0.0,
             "lost_bytes": 0.0,
             "timeouts": 0.0,
+            "mark_revoked": 0.0,
         }
 
     # -- helpers ---------------------------------------------------------------
@@ -285,9 +319,35 @@ class Nscc:
         self._round_end = now + self._rtt_est()
         self._round_acked = self._round_marked = 0
 
-    def _unmarked_congestion(self) -> None:
+    def _note_delay(self, now: float, d: float) -> None:
+        """Deviation 1's history: the highest queueing delay per RTT."""
+        calm = self._calm
+        if not calm or now >= calm[-1][0] + self._rtt_est():
+            calm.append([now, d, 0.0])
+            while len(calm) > self.calm_rtts + 2:
+                calm.popleft()
+        elif d > calm[-1][1]:
+            calm[-1][1] = d
+
+    def _calm_ceiling(self) -> float:
+        """The highest delay the path carried without loss: over the last
+        ``calm_rtts`` RTTs, leaving out the current and the previous RTT (the
+        loss's own), every RTT with a loss, and the RTTs of a delay rising
+        to one (a queue filling up to the drop). 0 when there is no such RTT,
+        or when at least half of those RTTs had a loss (the path does not
+        carry its delay without loss): every loss with a queue then counts."""
+        calm = self._calm
+        n = len(calm) - 2
+        if n <= 0 or 2 * sum(1 for i in range(n) if calm[i][2] == _LOSS) >= n:
+            return 0.0
+        return max((calm[i][1] for i in range(n) if not calm[i][2]), default=0.0)
+
+    def _unmarked_congestion(self, level: float) -> None:
         if self.loss_as_mark and not self._fabric_signals:
+            if not self._delay_is_mark:
+                self._mark_level = 0.0
             self._delay_is_mark = True
+            self._mark_level = max(self._mark_level, level)
 
     def _multiplicative_decrease(self, now: float) -> None:
         # One RTT of marks describes one queue, not many: at most one cut per
@@ -350,10 +410,18 @@ class Nscc:
         base = self._plane_base.get(sample.plane)
         if base is None or rtt < base:
             self._plane_base[sample.plane] = base = rtt
+        d = max(rtt - base, 0.0)
+        self._note_delay(now, d)
+        if self._delay_is_mark and d > REVOKE_FACTOR * self._mark_level:
+            # Well above the delay of the drop that turned deviation 1 on,
+            # with no drop: no tail-drop buffer caps this delay (a busy host
+            # whose first loss came while its delay was still rising). Off
+            # until a loss comes with more delay than the path carries anyway.
+            self._delay_is_mark = False
+            self._counts["mark_revoked"] += 1
         if now < self._hold_until:
             self._update_pacer()
             return
-        d = max(rtt - base, 0.0)
         self._delay = d
         self._avg_delay += self.delay_ewma * (d - self._avg_delay)
         if self._avg_delay > self.qa_delay:
@@ -425,10 +493,26 @@ class Nscc:
         self._counts["lost_bytes"] += lost_bytes
         self._last_signal = now
         self._fi_bytes = 0.0
-        if max(self._delay, self._avg_delay) >= self.target_delay:
-            # A loss with a queue behind it: a tail-drop bottleneck, if the
-            # fabric never marked or trimmed (deviation 1 above).
-            self._unmarked_congestion()
+        calm = self._calm
+        if calm:
+            # This RTT had a loss, and the RTTs of a delay rising to it (each
+            # one's peak above the one before) were the queue filling up.
+            calm[-1][2] = _LOSS
+            j = len(calm) - 2
+            if j >= 0 and not calm[j][2]:
+                calm[j][2] = _RISE
+            while j > 0 and calm[j - 1][1] < calm[j][1] and not calm[j - 1][2]:
+                calm[j - 1][2] = _RISE
+                j -= 1
+        level = max(self._delay, self._avg_delay)
+        if level >= self.target_delay and level > self._calm_ceiling():
+            # A loss with a queue behind it, and more of it than the path
+            # carried without loss: a tail-drop bottleneck overflowing, if
+            # the fabric never marked or trimmed (deviation 1 above). A loss
+            # within the delay the path carries anyway (a busy host's
+            # scheduling delay) says nothing about a queue.
+            peak = max((b[1] for b in list(calm)[-2:]), default=0.0)
+            self._unmarked_congestion(max(level, peak))
         self._quick_adapt(now)
         self._update_pacer()
 
@@ -471,6 +555,7 @@ class Nscc:
             "base_rtt": self.base_rtt,
             "target_delay": self.target_delay,
             "delay_is_mark": float(self._delay_is_mark),
+            "calm_delay": self._calm_ceiling(),
             "mark_alpha": self._mark_alpha,
         }
         out.update(self._counts)

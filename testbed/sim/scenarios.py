@@ -426,8 +426,13 @@ def scenario_hostile(*, size: int = 8 << 20, seed: int = 8) -> dict[str, Any]:
     from wire.constants import trim_point as _trim_point
 
     rng = _random.Random(seed)
-    captured_ab: list[bytes] = []
-    captured_ba: list[bytes] = []
+    # (capture time, datagram). Only datagrams captured REPLAY_AGE ago are
+    # replayed: one still in flight would reach the peer first, an early
+    # delivery (reordering within a path, which the EV-order loss rule reads
+    # as loss and resends), not a replay.
+    captured_ab: list[tuple[float, bytes]] = []
+    captured_ba: list[tuple[float, bytes]] = []
+    replay_age = 2e-4  # several RTTs of this fabric under load
     injected = {"to_b": 0, "to_a": 0}
 
     def setup(sim: Simulator, fab: Fabric, a: Peer, b: Peer) -> None:
@@ -438,22 +443,22 @@ def scenario_hostile(*, size: int = 8 << 20, seed: int = 8) -> dict[str, Any]:
         def tap_a(now: float) -> list[tuple[bytes, TxPath]]:
             out = orig_a(now)
             if out and len(captured_ab) < 200 and rng.random() < 0.05:
-                captured_ab.append(out[0][0])
+                captured_ab.append((now, out[0][0]))
             return out
 
         def tap_b(now: float) -> list[tuple[bytes, TxPath]]:
             out = orig_b(now)
             if out and len(captured_ba) < 200 and rng.random() < 0.05:
-                captured_ba.append(out[0][0])
+                captured_ba.append((now, out[0][0]))
             return out
 
         a_peer.datagrams_to_send = tap_a  # type: ignore[method-assign]
         b_peer.datagrams_to_send = tap_b  # type: ignore[method-assign]
 
-        def attack(target: Peer, pool: list[bytes], key: str) -> None:
+        def attack(target: Peer, pool: list[tuple[float, bytes]], key: str) -> None:
             now = sim.now
             forged: list[tuple[bytes, int]] = []
-            for d in pool[-20:]:
+            for d in [d for t, d in pool if t <= now - replay_age][-20:]:
                 forged.append((d, 0))  # replay / duplicate
                 t = bytearray(d)
                 t[rng.randrange(len(t))] ^= 1 << rng.randrange(8)  # tamper one bit

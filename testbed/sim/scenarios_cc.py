@@ -273,7 +273,8 @@ def scenario_app_limited(*, client: Client = "paced", loss: float = 0.01,
 
 def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: int = 12,
                            turnaround: float = 1e-3, trim: bool = True, seed: int = 24,
-                           jitter: float = 0.0, **cfg_kw: Any) -> dict[str, Any]:
+                           jitter: float = 0.0, victim: bool = False,
+                           **cfg_kw: Any) -> dict[str, Any]:
     """The claims bench's incast row in virtual time: ``senders`` hosts send
     ``size`` bytes each to one receiver in synchronised bursts; the receiver
     releases the next burst ``turnaround`` s after it holds the whole burst
@@ -284,12 +285,20 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
     ``jitter``: every host's sends are delayed by [0, jitter) s, in order (a
     busy event loop, as in ``scenario_jitter``; the receiver's SACKs and NACKs too).
     Each burst's completion is measured from its release to the receiver
-    holding all of it, against N x size at both planes' payload rate."""
+    holding all of it, against N x size at both planes' payload rate.
+
+    ``victim``: host ``v`` also runs a pipelined stream of 64 KiB messages
+    into ``r`` from the first release to the last burst's end, through the
+    same spine ports and last hop as the incast; ``victim_ratio`` is its
+    goodput over its goodput alone (``victim=True, senders=0``-like run:
+    the same fabric, seed and span, no incast), ``victim_fair`` what a
+    fair share of the last hop would give it (alone between bursts, 1/(N+1)
+    during them)."""
     up = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10)
     sp = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
     dn = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10,
                   trim_threshold=(32 << 10) if trim else None)
-    hosts = (*(f"a{i}" for i in range(senders)), "r")
+    hosts = (*(f"a{i}" for i in range(senders)), *(("v",) if victim else ()), "r")
     fab = make_fabric(planes=2, spines=2, rate=PLANE_RATE, uplink=up, spine=sp, downlink=dn,
                       seed=seed, hosts=hosts)
     if jitter:
@@ -302,7 +311,12 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
                           cids=(10 + i, 100 + i)) for i in range(senders)]
     for _, b in pairs:
         b.keep_data = False
-    _establish(sim, *[p for pair in pairs for p in pair], limit=0.5)
+    vpair: tuple[Peer, Peer] | None = None
+    if victim:
+        vpair = connect_pair(sim, "v", "r", config=replace(cfg, seed=seed * 100 + 99),
+                             cids=(90, 190))
+        vpair[1].keep_data = False
+    _establish(sim, *[p for pair in pairs for p in pair], *(vpair or ()), limit=0.5)
     payload = bytes(size)
     releases: list[float] = []
     ends: list[float] = []
@@ -336,13 +350,43 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
             trims_at.append(now - releases[-1])
 
     sim.trace = trace
+    if vpair is not None:
+        va = vpair[0]
+        vmsg = bytes(64 << 10)
+
+        def vsubmit(peer: Peer, ev: Event | None = None, now: float = 0.0) -> None:
+            if (ev is None or isinstance(ev, MessageAcked)) and va.failed is None \
+                    and len(ends) < bursts:
+                va.conn.send_message(vmsg)
+                sim.wake(va)
+
+        def vstart() -> None:
+            for _ in range(64):
+                vsubmit(va)
+
+        va.on_event = vsubmit
+        sim.at(sim.now + 1e-3, vstart)
     sim.at(sim.now + 1e-3, release)
     sim.run(until=sim.now + 2.0 * bursts, done=lambda: len(ends) >= bursts,
             max_events=50_000_000)
     ideal = senders * size / (2 * PLANE_RATE * payload_fraction(cfg.payload_size))
     ratios = [(e - r) / ideal for r, e in zip(releases, ends, strict=False)]
     snd = [a.conn.sender for a, _ in pairs]
+    vic: dict[str, Any] = {}
+    if vpair is not None and ends:
+        t0, t1 = releases[0], ends[-1]
+        got_v = sum(64 << 10 for t, _, _ in vpair[1].delivered if t0 <= t <= t1)
+        rate_v = got_v / (t1 - t0)
+        alone = _victim_alone(cfg, jitter=jitter, trim=trim, seed=seed, span=t1 - t0)
+        busy = sum(e - r for r, e in zip(releases, ends, strict=False))
+        vic = {"victim_goodput": rate_v, "victim_alone": alone,
+               "victim_capacity": 2 * PLANE_RATE * payload_fraction(cfg.payload_size),
+               "victim_ratio": rate_v / alone if alone else math.nan,
+               "victim_fair": ((t1 - t0 - busy) + busy / (senders + 1)) / (t1 - t0),
+               "victim_md": vpair[0].conn.cc.stats().get("md", 0.0),
+               "victim_delay_is_mark": vpair[0].conn.cc.stats().get("delay_is_mark", 0.0)}
     return {
+        **vic,
         "bursts": len(ends),
         "failed": [a.failed for a, _ in pairs if a.failed],
         "ideal": ideal,
@@ -359,3 +403,41 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
         "trims_first_10ms": sum(1 for t in trims_at if t < 10e-3),
         "trims_last_half": sum(1 for t in trims_at if t > ideal / 2),
     }
+
+
+def _victim_alone(cfg: Any, *, jitter: float, trim: bool, seed: int, span: float) -> float:
+    """``scenario_incast_bursts``' victim stream with no incast: its goodput
+    over ``span`` s on the same fabric (bytes/s)."""
+    up = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10)
+    sp = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
+    dn = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10,
+                  trim_threshold=(32 << 10) if trim else None)
+    fab = make_fabric(planes=2, spines=2, rate=PLANE_RATE, uplink=up, spine=sp, downlink=dn,
+                      seed=seed, hosts=("v", "r"))
+    if jitter:
+        for h in ("v", "r"):
+            for p in range(2):
+                fab.link("uplink", h, p).jitter = jitter
+    sim = Simulator(fab)
+    va, vb = connect_pair(sim, "v", "r", config=replace(cfg, seed=seed * 100 + 99),
+                          cids=(90, 190))
+    vb.keep_data = False
+    _establish(sim, va, vb, limit=0.5)
+    vmsg = bytes(64 << 10)
+    t0 = sim.now + 1e-3
+    end = t0 + span
+
+    def vsubmit(peer: Peer, ev: Event | None = None, now: float = 0.0) -> None:
+        if (ev is None or isinstance(ev, MessageAcked)) and va.failed is None and sim.now < end:
+            va.conn.send_message(vmsg)
+            sim.wake(va)
+
+    def vstart() -> None:
+        for _ in range(64):
+            vsubmit(va)
+
+    va.on_event = vsubmit
+    sim.at(t0, vstart)
+    sim.run(until=end, max_events=50_000_000)
+    got = sum(64 << 10 for t, _, _ in vb.delivered if t0 <= t <= end)
+    return got / span

@@ -298,6 +298,72 @@ def test_a_loss_without_a_queue_is_not_congestion() -> None:
     assert c.stats()["delay_is_mark"] == 0.0
 
 
+def _noisy_host(c: Nscc, rtts: int, *, t: float = 0.0, loss_every: int = 0) -> float:
+    """``rtts`` RTTs of 10 ACKs whose queueing delay is host scheduling noise
+    above the 0.5 ms target (0.6-1.2 ms, not rising); app-limited. A loss is
+    reported in every ``loss_every``-th RTT (0: none) at a 0.9 ms sample."""
+    if t == 0.0:
+        ack(c, t, BASE, in_flight=0)  # the base RTT
+    noise = (0.6e-3, 1.2e-3, 0.8e-3, 1.0e-3, 0.7e-3, 1.1e-3, 0.9e-3, 0.6e-3, 1.0e-3, 0.9e-3)
+    for r in range(rtts):
+        rtt = BASE + 1e-3
+        for i, d in enumerate(noise):
+            ack(c, t + i * rtt / 10, BASE + d, in_flight=0)
+        if loss_every and r % loss_every == 0:
+            c.on_loss(now=t + rtt * 0.95, lost_bytes=MTU)
+        t += rtt
+    return t
+
+
+def test_a_loss_within_the_delay_a_busy_host_carries_is_not_congestion() -> None:
+    # Issue 13 (the claims incast's victim): a host whose scheduling delay sits
+    # above the target and a random loss. The path carried up to 1.2 ms for 20
+    # RTTs without loss; a loss at 0.9 ms is not a queue overflowing (before:
+    # delay became the mark, and every RTT cut the window).
+    c = make(probe_gain=0.0)
+    t = _noisy_host(c, 20)
+    c.on_loss(now=t, lost_bytes=MTU)
+    assert c.stats()["delay_is_mark"] == 0.0
+    assert c.stats()["calm_delay"] == pytest.approx(1.2e-3)
+    # A queue rising above anything carried before, then a drop: a tail-drop
+    # bottleneck overflowing.
+    for i in range(5):
+        ack(c, t + i * 1e-4, BASE + (1.3e-3 + i * 0.1e-3), in_flight=0)
+    c.on_loss(now=t + 5e-4, lost_bytes=MTU)
+    assert c.stats()["delay_is_mark"] == 1.0
+
+
+def test_frequent_losses_count_whatever_delay_was_carried_before() -> None:
+    # A bottleneck whose queue stands at the buffer (every other RTT drops):
+    # the loss-free RTTs are too few to say what the path carries.
+    c = make(probe_gain=0.0)
+    t = _noisy_host(c, 20)
+    _noisy_host(c, 4, t=t, loss_every=1)  # the loss-free history still holds...
+    assert c.stats()["delay_is_mark"] == 0.0
+    _noisy_host(c, 30, t=t + 4 * 2e-3, loss_every=1)  # ...until losses dominate
+    assert c.stats()["delay_is_mark"] == 1.0
+
+
+def test_delay_as_the_mark_stands_down_above_the_level_of_its_drop() -> None:
+    # A busy host whose first loss came while its delay was still rising (no
+    # history yet): delay became the mark at ~0.8 ms. A delay 25% above that,
+    # with no drop, is no tail-drop buffer's: the deviation stands down.
+    c = make(probe_gain=0.0)
+    ack(c, 0.0, BASE, in_flight=0)
+    for i in range(8):
+        ack(c, 1e-3 + i * 1e-4, BASE + 0.1e-3 * (i + 1), in_flight=0)
+    c.on_loss(now=2e-3, lost_bytes=MTU)
+    assert c.stats()["delay_is_mark"] == 1.0
+    ack(c, 2.1e-3, BASE + 0.95e-3, in_flight=0)  # within 1.25 x: a queue may
+    assert c.stats()["delay_is_mark"] == 1.0
+    ack(c, 2.2e-3, BASE + 1.05e-3, in_flight=0)
+    assert c.stats()["delay_is_mark"] == 0.0 and c.stats()["mark_revoked"] == 1
+    # Off, not for good: a loss above what the path carried turns it on again.
+    ack(c, 0.05, BASE + 2e-3, in_flight=0)
+    c.on_loss(now=0.05, lost_bytes=MTU)
+    assert c.stats()["delay_is_mark"] == 1.0
+
+
 @pytest.mark.parametrize("signal", ["ecn", "trim"])
 def test_a_marking_or_trimming_fabric_keeps_uec_behaviour(signal: str) -> None:
     c = make(initial_window=10_000, probe_gain=0.0)
@@ -498,6 +564,7 @@ def test_mark_fraction_does_not_soften_delay_as_the_mark() -> None:
     # every such packet "marked": the MD stays full size.
     c = make(mark_gain=0.5)
     t = _rounds(c, 0.0, 12, 0, 0.8e-3)
+    ack(c, t, BASE + 1.0e-3, in_flight=0)  # the queue grows to the drop
     c.on_loss(now=t, lost_bytes=MTU)
     assert c.stats()["delay_is_mark"] == 1.0
     before = c._cwnd

@@ -121,20 +121,40 @@ def test_incast_bursts_of_the_claims_row(jitter: float, p100_limit: float) -> No
     assert r["p100"] <= p100_limit, r
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13, open: deviation 1 (delay as the mark after "
-                   "a congestive-looking loss) reads a busy host's scheduling delay as a queue")
-def test_busy_host_with_random_loss_keeps_its_stream() -> None:
+def test_victim_stream_beside_the_incast_bursts_on_busy_hosts() -> None:
+    # The claims incast's victim in virtual time (issue 13): a pipelined
+    # stream from host v into the incast's receiver (same spine ports, same
+    # last hop) while 8 senders burst into it; every host's sends 0-3 ms late.
+    # Alone, the stream used to lose its window to deviation 1 (a loss on the
+    # busy host taken for a tail drop): 0.15 of capacity (3.4 MB/s), now 0.77.
+    # Beside the incast it shares the last hop with 8 others: 0.27 of its
+    # alone goodput, above a fair share (0.12); 0.8 is not a fair target for
+    # a stream sharing the bottleneck (the claims row's victim goes to
+    # another host on the leaf).
+    r = C.scenario_incast_bursts(bursts=6, jitter=3e-3, victim=True)
+    assert not r["failed"] and r["bursts"] == 6 and r["rtos"] == 0, r
+    assert r["victim_alone"] >= 0.6 * r["victim_capacity"], r
+    assert r["victim_ratio"] >= r["victim_fair"], r
+
+
+@pytest.mark.parametrize("seed", [21, 24])
+def test_busy_host_with_random_loss_keeps_its_stream(seed: int) -> None:
     # The claims incast's victim stream, in virtual time: a pipelined stream
     # on an idle fabric, its host's sends 0-8 ms late (a loaded event loop,
     # the victim's srtt was 8.8 ms during the incast), 0.1% random loss on the
-    # planes (not congestion). A loss with that "queueing" behind it makes
-    # delay above target the mark, and every RTT cuts the window: 0.04 of
-    # capacity (229 MDs in 2 s) against 0.78 without the loss. In the real
-    # row the victim alone ran 320-473 MDs in 4 s with the deviation on, and
-    # its ratio split by whether an ECN mark (leaf uplinks) switched it off:
-    # 0.08-0.50 with it on, 0.61-1.38 off (7 sittings, docs/claims.md).
-    fab = C.testbed_fabric(jitter=8e-3, loss=0.001, seed=21)
-    cfg = C.host_config(fab, plane_rate=C.PLANE_RATE, seed=21)
+    # planes (not congestion). Before (issue 13): a loss with that "queueing"
+    # behind it made delay above target the mark, and every RTT cut the
+    # window: 0.04 of capacity (229 MDs in 2 s) against 0.78 without the loss
+    # (seed 24: 0.04). In the real row the victim alone ran 320-473 MDs in 4 s
+    # with the deviation on, and its ratio split by whether an ECN mark (leaf
+    # uplinks) switched it off: 0.08-0.50 with it on, 0.61-1.38 off (7
+    # sittings, docs/claims.md). Now a loss counts only with more delay than
+    # the path carried without loss: no MD, 0.54 (seed 24: 0.72; the rest of
+    # the gap to 0.78 is the window cap, BDP from the smallest RTT the jitter
+    # let through: 1.8 ms here, 3.8 ms in the lossless run).
+    fab = C.testbed_fabric(jitter=8e-3, loss=0.001, seed=seed)
+    cfg = C.host_config(fab, plane_rate=C.PLANE_RATE, seed=seed)
     r = C.run_client(fab, cfg, client="pipelined", duration=2.0)
     assert not r["failed"], r
     assert r["goodput_over_capacity"] >= 0.5, r
+    assert r["md"] == 0, r
