@@ -33,10 +33,11 @@ RATE_WINDOW = 20e-3
 
 def scenario_fairness(*, n: int = 4, mark_gain: float | None = None, jitter: float = 0.0,
                       stagger: float = 0.3, hold: float = 0.6, seed: int = 5,
-                      params: dict[str, Any] | None = None) -> dict[str, Any]:
+                      params: dict[str, Any] | None = None,
+                      config: dict[str, Any] | None = None) -> dict[str, Any]:
     """``jitter``: sender i's packets are delayed by up to jitter * (i+1)/n (hosts
     of unequal load). ``mark_gain`` None: the daemon's default. ``params``: more
-    ``congestion_params``.
+    ``congestion_params``; ``config``: other connection settings.
 
     ``newcomer_rtts[i]`` (i >= 1): how long sender i took from its start until
     its rate over the last ``RATE_WINDOW`` reached 80% of the running senders'
@@ -53,7 +54,7 @@ def scenario_fairness(*, n: int = 4, mark_gain: float | None = None, jitter: flo
         for i, h in enumerate(hosts):
             for p in range(2):
                 fab.link("uplink", h, p).jitter = jitter * (i + 1) / n
-    cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed)
+    cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed, **(config or {}))
     if mark_gain is not None:
         cfg = replace(cfg, congestion_params={**cfg.congestion_params, "mark_gain": mark_gain})
     if params:
@@ -88,13 +89,21 @@ def scenario_fairness(*, n: int = 4, mark_gain: float | None = None, jitter: flo
     trace: list[tuple[float, list[dict[str, float]]]] = []
 
     def sample() -> None:
-        trace.append((sim.now - t0, [a.conn.cc.stats() for a, _ in pairs]))
-        if sim.now + SAMPLE < end:
-            sim.at(sim.now + SAMPLE, sample)
+        row = []
+        for a, _ in pairs:
+            st = a.conn.cc.stats()
+            shares = getattr(a.conn.paths, "shares", None)
+            if shares is not None:
+                for p, w in enumerate(shares.weight):
+                    st[f"weight{p}"] = w
+            row.append(st)
+        trace.append((sim.now - t0, row))
 
-    sim.at(t0, sample)
-    sim.run(until=end, max_events=50_000_000)
-    lag = int(round(RATE_WINDOW / SAMPLE))
+    for k in range(round(dur / SAMPLE) + 1):
+        sim.at(t0 + k * SAMPLE, sample)
+    # Past ``end`` only so that the sample at ``end`` is taken (nothing new is sent).
+    sim.run(until=end + SAMPLE / 2, max_events=50_000_000)
+    lag = round(RATE_WINDOW / SAMPLE)
     newcomer: list[float] = [0.0]
     for i in range(1, n):
         got = math.inf
@@ -125,15 +134,15 @@ def scenario_fairness(*, n: int = 4, mark_gain: float | None = None, jitter: flo
     # bytes at the sender, sampled every SAMPLE), not whole 64 KiB messages:
     # at n = 8 a flow completes ~5 messages per window, and counting them
     # alone moves Jain's index by 0.1 with perfectly even rates.
-    step = int(round(WINDOW / SAMPLE))
+    step = round(WINDOW / SAMPLE)
     jb = []
     for k in range(int((stagger * (n - 1) + 0.2) / WINDOW), nb):
         if (k + 1) * step >= len(trace):
             break
-        xs = [trace[(k + 1) * step][1][i]["acked_bytes"] - trace[k * step][1][i]["acked_bytes"]
+        bs = [trace[(k + 1) * step][1][i]["acked_bytes"] - trace[k * step][1][i]["acked_bytes"]
               for i in range(n)]
-        if sum(xs):
-            jb.append(sum(xs) ** 2 / (n * sum(x * x for x in xs)))
+        if sum(bs):
+            jb.append(sum(bs) ** 2 / (n * sum(x * x for x in bs)))
     return {"n": n, "jain_min": min(jb), "jain_median": statistics.median(jb),
             "jain_msgs_min": min(jains), "jain_msgs_median": statistics.median(jains),
             "messages_per_window": per, "md": [a.conn.cc.stats()["md"] for a, _ in pairs],
