@@ -64,6 +64,22 @@ scenarios that motivate each):
    not mark, was otherwise halved every RTT while a flow whose path never
    marked kept its window. Off in the daemon too (opt in with
    ``congestion_params``): its effect on fairness was mixed (docs/congestion.md).
+5. Marks on much of the traffic are a shared queue (``shared_marks``, on
+   by default). UEC reads ECN with a delay below target as a hot path (NOOP)
+   and sizes the MD by the connection's own filtered delay. Both depend on
+   the connection's base RTT and delay noise: a latecomer that measured its
+   base RTT through a standing queue sees "below target" on every marked
+   ACK and never cuts, while the first flow, which knows the true minimum,
+   is cut to the floor; a flow on a noisier host cuts harder. When at least
+   ``pervasive_marks`` (0.3) of the bytes acked in the last RTT round were
+   marked, a marked ACK cuts the window by ``md_gain`` x fraction / 2
+   (DCTCP's cut; at most once per RTT, at most by ``md_floor``), whatever
+   its delay: every connection through the marking port sees about the same
+   fraction, so all cut by the same factor. Sparse marks (a hot path among
+   many) keep UEC's quadrants. And within one RTT of any ECN mark an ACK
+   below target gets the fair increase only, not the proportional one
+   (its "headroom" is measured from the same base RTT, and the fabric has
+   just said there is none).
 """
 
 from __future__ import annotations
