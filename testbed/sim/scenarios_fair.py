@@ -3,10 +3,13 @@
 spine port marks ECN above 16 KB and whose last hop trims above 32 KB),
 the daemon's connection config, one sender starting every ``stagger`` s,
 64 KiB messages, 16 in flight per sender. Jain's index over 100 ms windows
-of delivered messages from 0.2 s after the last start, as the claims bench's
-fairness row counts them, without a busy machine's scheduling noise.
+of bytes acknowledged from 0.2 s after the last start, as the claims bench's
+fairness row counts them (bytes per window), without a busy machine's
+scheduling noise; the same over delivered messages (``jain_msgs_*``); each
+newcomer's time to 80% of the running flows' mean rate, in its smoothed RTTs.
 
-Not part of ``braid bench sim``'s table (yet): a diagnosis tool.
+Not part of ``braid bench sim``'s table (yet): a diagnosis tool, asserted by
+tests/unit/test_scenarios_fair.py.
 ``python -m testbed.sim.scenarios_fair N [mark_gain] [jitter]``.
 """
 
