@@ -71,15 +71,11 @@ scenarios that motivate each):
    base RTT through a standing queue sees "below target" on every marked
    ACK and never cuts, while the first flow, which knows the true minimum,
    is cut to the floor; a flow on a noisier host cuts harder. When at least
-   ``pervasive_marks`` (0.3) of the bytes acked in the last RTT round were
+   ``pervasive_marks`` (0.4) of the bytes acked in the last RTT round were
    marked, a marked ACK cuts the window by ``md_gain`` x fraction / 2
-   (DCTCP's cut; at most once per RTT, at most by ``md_floor``), whatever
-   its delay: every connection through the marking port sees about the same
-   fraction, so all cut by the same factor. Sparse marks (a hot path among
-   many) keep UEC's quadrants. And within one RTT of any ECN mark an ACK
-   below target gets the fair increase only, not the proportional one
-   (its "headroom" is measured from the same base RTT, and the fabric has
-   just said there is none).
+   (DCTCP's cut; at most once per RTT), whatever its delay: every connection
+   through the marking port sees about the same fraction, so all cut by the
+   same factor. Sparse marks (a hot path among many) keep UEC's quadrants.
 """
 
 from __future__ import annotations
@@ -127,7 +123,7 @@ class Nscc:
         loss_as_mark: bool = True,
         mark_gain: float = 0.0,
         shared_marks: bool = True,
-        pervasive_marks: float = 0.3,
+        pervasive_marks: float = 0.4,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
@@ -168,10 +164,8 @@ class Nscc:
             raise ValueError("pervasive_marks must be in (0, 1]")
         self.shared_marks = shared_marks
         self.pervasive_marks = pervasive_marks
-        # Deviation 5: the marked fraction of the last whole RTT round, and
-        # when the last ECN mark came.
+        # Deviation 5: the marked fraction of the last whole RTT round.
         self._round_frac = 0.0
-        self._last_ecn = -math.inf
         # Deviation 4: the fraction of bytes acked with a mark, per RTT round,
         # filtered (DCTCP's alpha; starts at 1, so a first MD is full size).
         self._mark_alpha = 1.0
@@ -373,7 +367,6 @@ class Nscc:
             self._delivered.popleft()
         self._count_marks(now, acked, sample.ecn)
         if sample.ecn:
-            self._last_ecn = now
             self._fabric_signals = True
             self._delay_is_mark = False
             self._last_signal = now
@@ -430,13 +423,7 @@ class Nscc:
                 self._fi_bytes += acked
             else:
                 self._fi_bytes = 0.0
-            if self.shared_marks and now - self._last_ecn < self._rtt_est():
-                # Deviation 5: the fabric marked within the last RTT, so the
-                # headroom below target is no headroom (and the delay that
-                # measures it depends on this connection's base RTT).
-                inc = fair
-                self._counts["fair_inc"] += 1
-            elif self._fi_bytes > self._cwnd:
+            if self._fi_bytes > self._cwnd:
                 # A whole window with no queue: the pipe is far from full.
                 inc = float(acked)
                 self._counts["fast_inc"] += 1
