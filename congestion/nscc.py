@@ -78,6 +78,18 @@ scenarios that motivate each):
    not mark, was otherwise halved every RTT while a flow whose path never
    marked kept its window. Off in the daemon too (opt in with
    ``congestion_params``): its effect on fairness was mixed (docs/congestion.md).
+5. Marks on much of the traffic are a shared queue (``shared_marks``, on
+   by default). UEC reads ECN with a delay below target as a hot path (NOOP)
+   and sizes the MD by the connection's own filtered delay. Both depend on
+   the connection's base RTT and delay noise: a latecomer that measured its
+   base RTT through a standing queue sees "below target" on every marked
+   ACK and never cuts, while the first flow, which knows the true minimum,
+   is cut to the floor; a flow on a noisier host cuts harder. When at least
+   ``pervasive_marks`` (0.4) of the bytes acked in the last RTT round were
+   marked, a marked ACK cuts the window by ``md_gain`` x fraction / 2
+   (DCTCP's cut; at most once per RTT), whatever its delay: every connection
+   through the marking port sees about the same fraction, so all cut by the
+   same factor. Sparse marks (a hot path among many) keep UEC's quadrants.
 """
 
 from __future__ import annotations
@@ -131,6 +143,8 @@ class Nscc:
         loss_as_mark: bool = True,
         calm_rtts: int = 32,
         mark_gain: float = 0.0,
+        shared_marks: bool = True,
+        pervasive_marks: float = 0.4,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
@@ -170,6 +184,12 @@ class Nscc:
         if not 0 <= mark_gain <= 1:
             raise ValueError("mark_gain must be in [0, 1] (0: every MD is full size)")
         self.mark_gain = mark_gain
+        if not 0 < pervasive_marks <= 1:
+            raise ValueError("pervasive_marks must be in (0, 1]")
+        self.shared_marks = shared_marks
+        self.pervasive_marks = pervasive_marks
+        # Deviation 5: the marked fraction of the last whole RTT round.
+        self._round_frac = 0.0
         # Deviation 4: the fraction of bytes acked with a mark, per RTT round,
         # filtered (DCTCP's alpha; starts at 1, so a first MD is full size).
         self._mark_alpha = 1.0
@@ -222,6 +242,7 @@ class Nscc:
             "fast_inc": 0.0,
             "fair_inc": 0.0,
             "ecn_hold": 0.0,
+            "shared_mark_md": 0.0,
             "acked_bytes": 0.0,
             "trimmed_bytes": 0.0,
             "lost_bytes": 0.0,
@@ -315,6 +336,7 @@ class Nscc:
             return
         if self._round_acked > 0 and self._round_end > -math.inf:
             frac = self._round_marked / self._round_acked
+            self._round_frac = frac
             self._mark_alpha += self.mark_gain * (frac - self._mark_alpha)
         self._round_end = now + self._rtt_est()
         self._round_acked = self._round_marked = 0
@@ -364,6 +386,19 @@ class Nscc:
         self._last_md = now
         self._counts["md"] += 1
 
+    def _shared_mark_decrease(self, now: float) -> None:
+        # DCTCP's cut, by the marked fraction of the last RTT round: every
+        # connection through the marking port sees about the same fraction,
+        # so every one cuts by the same factor (UEC's delay-sized cut, and
+        # UEC's NOOP below target, depend on each one's base RTT and noise).
+        if now - self._last_md < self._rtt_est():
+            return
+        factor = max(1.0 - self.md_gain * self._round_frac / 2, self.md_floor)
+        self._cwnd = self._clamp(self._cwnd * factor)
+        self._last_md = now
+        self._counts["md"] += 1
+        self._counts["shared_mark_md"] += 1
+
     # -- CongestionController ----------------------------------------------------
 
     @property
@@ -390,8 +425,7 @@ class Nscc:
         horizon = now - 2 * max(self._rtt_est(), self._qa_period())
         while self._delivered and self._delivered[0][0] < horizon:
             self._delivered.popleft()
-        if self.mark_gain > 0:
-            self._count_marks(now, acked, sample.ecn)
+        self._count_marks(now, acked, sample.ecn)
         if sample.ecn:
             self._fabric_signals = True
             self._delay_is_mark = False
@@ -433,7 +467,12 @@ class Nscc:
         marked = sample.ecn or (self._delay_is_mark and d >= target)
         if marked:
             self._fi_bytes = 0.0
-            if d >= target:
+            if sample.ecn and self.shared_marks and \
+                    self._round_frac >= self.pervasive_marks:
+                # Deviation 5: marks on much of the traffic are a queue this
+                # connection shares, whatever its own delay reading says.
+                self._shared_mark_decrease(now)
+            elif d >= target:
                 self._multiplicative_decrease(now)
             else:
                 # An imbalanced core: the path policy steers away, the
