@@ -78,7 +78,7 @@ def _probe() -> tuple[bool, str]:
         return False, f"tc -V failed: {exc}"
     if "libbpf" not in ver:
         return False, f"tc is not built with libbpf ({ver.strip()})"
-    from pyroute2 import NetNS, netns
+    from pyroute2 import netns
 
     name = f"brprobe-bpf{os.getpid()}"
     pin = Path("/run/braid") / f".probe-bpf-{os.getpid()}"
@@ -87,7 +87,7 @@ def _probe() -> tuple[bool, str]:
     except Exception as exc:
         return False, f"cannot create a scratch namespace: {exc}"
     try:
-        with NetNS(name) as ns:
+        with nsutil.open_netns(name) as ns:
             ns.link("add", ifname="pb0", kind="veth", peer="pb1")
         mount_bpffs(pin)
         r = nsutil.run(name, [tc, "-batch", "-"], input="qdisc add dev pb0 clsact\n"

@@ -64,7 +64,7 @@ def netem_available(probe_ns: str = "brprobe-netem") -> tuple[bool, str]:
     except Exception as exc:  # no namespaces at all: the caller fails later anyway
         return False, f"cannot create a scratch namespace: {exc}"
     try:
-        with NetNS(probe_ns) as ns:
+        with nsutil.open_netns(probe_ns) as ns:
             ns.link("add", ifname="nt0", kind="veth", peer="nt1")
             idx = ns.link_lookup(ifname="nt0")[0]
             try:
@@ -228,7 +228,7 @@ class Testbed:
 
     def link_counters(self, node: str, ifname: str) -> dict[str, int]:
         """Kernel counters of an interface in a node's namespace."""
-        with NetNS(self.netns(node)) as ns:
+        with nsutil.open_netns(self.netns(node)) as ns:
             link = ns.link("get", ifname=ifname)[0]
             st = link.get_attr("IFLA_STATS64")
             return {k: int(st[k]) for k in ("rx_packets", "tx_packets", "rx_bytes",
@@ -255,7 +255,7 @@ class Testbed:
 
     def _handle(self, node: str) -> NetNS:
         if node not in self._ns:
-            self._ns[node] = NetNS(self.prefix + node, flags=0)
+            self._ns[node] = nsutil.open_netns(self.prefix + node, flags=0)
         return self._ns[node]
 
     def wire_node(self, plane: int) -> str:

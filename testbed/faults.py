@@ -292,13 +292,13 @@ def set_down(tb: Testbed, links: list[LinkSpec], down: bool) -> None:
     plain = [lk for lk in links if not lk.element]
     if not plain:
         return
-    from pyroute2 import NetNS
+    from testbed import nsutil
 
     by_node: dict[str, list[str]] = {}
     for lk in plain:
         by_node.setdefault(lk.b, []).append(lk.b_if)
     for node, ifnames in by_node.items():
-        with NetNS(tb.netns(node), flags=0) as ns:
+        with nsutil.open_netns(tb.netns(node), flags=0) as ns:
             for ifname in ifnames:
                 ns.link("set", index=ns.link_lookup(ifname=ifname)[0],
                         state="down" if down else "up")
@@ -308,8 +308,6 @@ def set_carrier(tb: Testbed, links: list[LinkSpec], carrier: bool) -> None:
     """Host links: take the far end of the host's veth down (the host loses
     carrier and, with ``ignore_routes_with_linkdown``, its routes there) or
     bring it back up."""
-    from pyroute2 import NetNS
-
     from testbed import nsutil
 
     far: dict[str, list[str]] = {}
@@ -325,7 +323,7 @@ def set_carrier(tb: Testbed, links: list[LinkSpec], carrier: bool) -> None:
         else:
             far.setdefault(tb.netns(lk.b), []).append(lk.b_if)
     for ns_name, ifnames in far.items():
-        with NetNS(ns_name, flags=0) as ns:
+        with nsutil.open_netns(ns_name, flags=0) as ns:
             for ifname in ifnames:
                 ns.link("set", index=ns.link_lookup(ifname=ifname)[0],
                         state="up" if carrier else "down")

@@ -151,3 +151,20 @@ def pid_cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def open_netns(name: str, **kw: Any) -> Any:
+    """pyroute2's ``NetNS(name, **kw)``, with its helper child unable to
+    signal this process. pyroute2 forks a child to enter the namespace and
+    stops it with SIGTERM; a child forked from a process running an asyncio
+    loop with signal handlers (``braid perf``, whose fault timeline runs in a
+    thread) inherits the loop's wakeup fd, and a SIGTERM landing on the
+    child's inherited handler wrote "SIGTERM" into the *parent's* loop:
+    ``braid perf`` stopped as if interrupted (exit 130) when a timeline healed
+    a host link (1 run in 3 of the README's block). With
+    ``disable_mp_signal`` the child takes the default SIGTERM action at once."""
+    import pyroute2.config
+    from pyroute2 import NetNS
+
+    pyroute2.config.disable_mp_signal = True
+    return NetNS(name, **kw)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyroute2 import NetNS, netns
+from pyroute2 import netns
 
 from testbed import nsutil
 from transport.api import Client
@@ -115,7 +115,7 @@ def run(sources: int, batch: int = 5000) -> dict[str, Any]:
     proc: subprocess.Popen[bytes] | None = None
     tmp = Path(tempfile.mkdtemp(prefix="braid-spoof-"))
     try:
-        with NetNS(ns) as ipr:
+        with nsutil.open_netns(ns) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
         write_key_file(tmp / "cluster.key", new_cluster_key())
         sock = tmp / "d.sock"
