@@ -231,9 +231,16 @@ class PlaneShares:
                 self.lost[p] = self.acked[p] = 0
         if not delivering:
             return
-        least = min(lf[p] for p in delivering)
+        total = sum(lf[p] for p in delivering)
         for p in live:
-            excess = lf[p] - least
+            # Against the mean of the other delivering planes, not the least
+            # lossy one: the least of several noisy estimates is biased low,
+            # and equal 5% loss everywhere capped planes by turns (0.88 ->
+            # 0.84 of capacity in the simulated fabric).
+            others = [q for q in delivering if q != p]
+            if not others:
+                continue
+            excess = lf[p] - (total - (lf[p] if p in delivering else 0.0)) / len(others)
             if excess > LOSSY:
                 w[p] = min(w[p], max(FLOOR, (1.0 - excess) ** LOSS_POWER))
 
