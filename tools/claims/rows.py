@@ -196,14 +196,18 @@ class _Ping:
 
 
 def _sender_state(res: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
-    """The busiest Braid sender's window and plane shares at the end of a run
-    (what limits an asymmetric-planes stream: the window cap or the shares)."""
+    """The busiest Braid sender's window, NSCC's decisions during the run and
+    its plane shares at the end (what limits a stream: the window cap, its
+    cuts, or the shares)."""
     conns = [c for r in res.values() for c in r.get("conns", []) if c.get("packets_sent")]
     if not conns:
         return None
     c = max(conns, key=lambda c: c.get("packets_sent") or 0)
     shares = c.get("plane_shares") or {}
     return {"cwnd": c.get("cwnd"), "max_window": c.get("max_window"),
+            "mds": c.get("cc_md"), "quick_adapts": c.get("cc_quick_adapt"),
+            "retransmissions": c.get("retransmissions"),
+            "delay_is_mark": c.get("cc_delay_is_mark"),
             "srtt_ms": (c.get("srtt") or 0) * 1000, "min_rtt_ms": (c.get("min_rtt") or 0) * 1000,
             "plane_weight": shares.get("weight"),
             "plane_qdelay_ms": [q * 1000 for q in shares.get("qdelay") or []],
@@ -392,6 +396,8 @@ def loss(ctx: Ctx) -> dict[str, Any]:
             out[f"{r * 100:g}%"] = {"goodput_mbps": gp / 1e6, "capacity_mbps": cap / 1e6,
                                     "ratio": gp / cap, "complete": ok,
                                     "rtos": _rtos(stack, res)}
+            if stack == "braid":
+                out[f"{r * 100:g}%"]["sender"] = _sender_state(res)
         per[stack] = out
         ctx.say("  loss/" + stack + ": " + ", ".join(
             f"{k} {v['ratio']:.2f}" for k, v in out.items()))
