@@ -45,8 +45,9 @@ EVEN = 0.97
 #: only a plane that is persistently slower loses share.
 HORIZON = 0.05
 #: Loss: a plane whose loss fraction (losses over losses + acknowledged
-#: packets, averaged over its recent outcomes) exceeds the least lossy plane's by
-#: more than ``LOSSY`` has its weight capped at ``(1 - excess) ** LOSS_POWER``.
+#: packets, averaged over its recent outcomes) exceeds the mean of the other
+#: delivering planes' by more than ``LOSSY`` has its weight capped at
+#: ``(1 - excess) ** LOSS_POWER``.
 #: Queueing delay alone reads a lossy plane as an *idle* one (what it drops
 #: never queues), so without this a gray host uplink, which loses on every EV
 #: of its plane alike, drew the largest share (issue 13, invisibility on
@@ -93,7 +94,6 @@ class PlaneShares:
         "base",
         "credit",
         "even",
-        "folded",
         "last_update",
         "lf",
         "lost",
@@ -102,7 +102,6 @@ class PlaneShares:
         "next_update",
         "qdelay",
         "samples",
-        "seen",
         "unit",
         "updates",
         "weight",
@@ -176,7 +175,8 @@ class PlaneShares:
         self.samples[plane] = 0
         self.lt[plane] = 0.0
         # Back with an even share, unless it was losing: then with its cap.
-        excess = self.lf[plane] - min(self.lf)
+        others = [x for q, x in enumerate(self.lf) if q != plane]
+        excess = self.lf[plane] - (sum(others) / len(others) if others else 0.0)
         self.weight[plane] = 1.0 if excess <= LOSSY else max(FLOOR, (1.0 - excess) ** LOSS_POWER)
         self.credit[plane] = 0.0
         self.even = all(w == 1.0 for w in self.weight)
@@ -215,12 +215,11 @@ class PlaneShares:
 
     def _loss_caps(self, live: list[int]) -> None:
         """Average each plane's loss fraction; cap the weight of a plane that
-        loses much more than the least lossy one."""
+        loses much more than the other planes that deliver."""
         lf, w = self.lf, self.weight
         # Only a plane that delivers is a reference: one that has just died
-        # declares its losses late (silence, not SACK gaps) and looked like the
-        # least lossy, so a gray survivor was capped in favour of dead planes
-        # (compound fault, sim: an RTO).
+        # declares its losses late (silence, not SACK gaps) and would look
+        # like the least lossy, capping a gray survivor in favour of the dead.
         delivering = [p for p in live if self.acked[p] > 0]
         for p in live:
             n = self.lost[p] + self.acked[p]
