@@ -32,10 +32,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int = 2) -> list[int]:
+    """``n`` distinct free ports (bound at once: two ``free_port`` calls in a
+    row may return the same one)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def make_pair(host_a: str, host_b: str, *, b_secret: bytes = SECRET,
               on_a: object = None, on_b: object = None,
               cfg: ConnectionConfig = CFG) -> tuple[EndpointIO, EndpointIO]:
-    ports = [free_port(), free_port()]
+    ports = free_ports()
     pa = [PlaneAddr(host_a, p) for p in ports]
     pb = [PlaneAddr(host_b, p) for p in ports]
     ta, tb = PeerTable(2, ports), PeerTable(2, ports)
@@ -230,9 +245,10 @@ def test_ipv6_traffic_class_and_flow_label() -> None:
 
 
 def test_tos_sent_and_read_back() -> None:
-    rx = PlaneSockets(0, PlaneAddr("127.0.0.1", free_port()), pool=0, rcvbuf=1 << 20,
+    rx_port, tx_port = free_ports()
+    rx = PlaneSockets(0, PlaneAddr("127.0.0.1", rx_port), pool=0, rcvbuf=1 << 20,
                       sndbuf=1 << 20)
-    tx = PlaneSockets(0, PlaneAddr("127.0.0.1", free_port()), pool=2, rcvbuf=1 << 20,
+    tx = PlaneSockets(0, PlaneAddr("127.0.0.1", tx_port), pool=2, rcvbuf=1 << 20,
                       sndbuf=1 << 20)
     try:
         dest = ("127.0.0.1", rx.addr.port)

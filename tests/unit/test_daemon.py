@@ -32,6 +32,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(host: str = "127.0.0.1", n: int = 2) -> list[int]:
+    """``n`` distinct free ports: bound all at once (two ``free_port`` calls
+    in a row may return the same port, and a daemon then fails to bind its
+    second plane: a CI flake)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(s)
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def braid_cli(*args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PY, "-m", "tools.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, **kw)  # type: ignore[call-overload, no-any-return]
@@ -80,7 +96,7 @@ def write_configs(tmp: Path, *, key_b: bool = False, b_addr: str = "127.0.0.3",
     write_key_file(key, new_cluster_key())
     if key_b:
         write_key_file(tmp / "other.key", new_cluster_key())
-    ports = [free_port("127.0.0.2"), free_port("127.0.0.2")]
+    ports = free_ports("127.0.0.2")
     a_planes = [f"127.0.0.2:{p}" for p in ports]
     b_planes = [f"{b_addr}:{p}" for p in ports]
     hosts = []

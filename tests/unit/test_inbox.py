@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_daemon import Host, free_port, run
+from test_daemon import Host, free_ports, run
 
 import braid
 from transport.inbox import Inbox
@@ -71,7 +71,7 @@ def test_message_larger_than_the_quantum_is_served() -> None:
 def _three_hosts(tmp: Path) -> tuple[Host, Host, Host]:
     """a and c send to b (each knows b; b knows both)."""
     write_key_file(tmp / "cluster.key", new_cluster_key())
-    ports = [free_port("127.0.0.2"), free_port("127.0.0.2")]
+    ports = free_ports("127.0.0.2")
     planes = {n: [f"127.0.0.{ip}:{p}" for p in ports] for n, ip in (("a", 2), ("b", 3),
                                                                     ("c", 4))}
     peers = {"a": ["b"], "c": ["b"], "b": ["a", "c"]}
