@@ -10,6 +10,7 @@ import socket
 from dataclasses import replace
 
 import pytest
+from test_daemon import free_ports as _free_ports
 
 from transport.aio import EndpointIO, new_event_loop
 from transport.config import ConnectionConfig
@@ -26,25 +27,14 @@ CFG = ConnectionConfig(planes=2, evs_per_plane=16, plane_rate=1.25e9, initial_rt
                        handshake_timeout=0.3)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def free_ports(n: int = 2) -> list[int]:
-    """``n`` distinct free ports (bound at once: two ``free_port`` calls in a
-    row may return the same one)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` distinct free ports, outside the kernel's ephemeral range (see
+    ``test_daemon.free_ports``)."""
+    return _free_ports("127.0.0.1", n)
+
+
+def free_port() -> int:
+    return _free_ports("127.0.0.1", 1)[0]
 
 
 def make_pair(host_a: str, host_b: str, *, b_secret: bytes = SECRET,

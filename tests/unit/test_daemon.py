@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import os
+import random
 import signal
 import socket
 import stat
@@ -26,26 +27,43 @@ REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+#: Test daemons' ports come from below the kernel's ephemeral range
+#: (ip_local_port_range starts at 32768 by default): a port the kernel handed
+#: out to a bind(0) was later taken by another socket's bind(0) (a daemon's
+#: own sending sockets, a client's), and the daemon of the next step failed
+#: with "port in use" (CI flakes, 2 in 6 runs). Random per process, so
+#: concurrent test runs rarely meet; each pick is checked by binding it.
+_PORT_RNG = random.Random(os.getpid() ^ time.monotonic_ns())
 
 
 def free_ports(host: str = "127.0.0.1", n: int = 2) -> list[int]:
-    """``n`` distinct free ports: bound all at once (two ``free_port`` calls
-    in a row may return the same port, and a daemon then fails to bind its
-    second plane: a CI flake)."""
+    """``n`` distinct ports free on ``host`` and on every address (a socket
+    bound to 0.0.0.0 blocks them all), held while picking."""
     socks: list[socket.socket] = []
+    ports: list[int] = []
     try:
-        for _ in range(n):
+        for _ in range(2000):  # bounded
+            if len(ports) == n:
+                return ports
+            p = _PORT_RNG.randrange(20000, 32000)
+            if p in ports:
+                continue
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                s.bind(("0.0.0.0", p))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
-            s.bind((host, 0))
-        return [int(s.getsockname()[1]) for s in socks]
+            ports.append(p)
+        raise RuntimeError(f"no {n} free ports in 20000-32000 on {host}")
     finally:
         for s in socks:
             s.close()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    return free_ports(host, 1)[0]
 
 
 def braid_cli(*args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:

@@ -12,11 +12,12 @@ from transport.plane_share import PlaneShares
 
 
 @pytest.mark.parametrize(("case", "jitter"), [("half_rate", 0.0), ("latency", 0.0),
-                                               ("half_rate", 2e-3), ("half_rate", 4e-3)])
+                                               ("half_rate", 2e-3), ("latency", 2e-3)])
 def test_unequal_planes_are_filled(case: str, jitter: float) -> None:
-    # jitter: a busy sending host delays each packet by up to 2 (4) ms, so the
-    # planes' delays are noisy, as on the real testbed. At 4 ms the base RTT
-    # (4 ms, the noise margin) once hid a 16 ms queue against 2.5 ms: 0.66.
+    # jitter: a busy sending host delays each packet by up to 2 ms, so the
+    # planes' delays are noisy, as on the real testbed. The latency case with
+    # jitter was 0.67 before NSCC's deviation 1 stopped counting losses that
+    # come within the delay the path carries anyway.
     r = scenario_asymmetric(case=case, jitter=jitter)
     assert not r["failed"]
     if case == "latency":
