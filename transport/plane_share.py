@@ -16,6 +16,12 @@ equilibrium every plane's queue drains in the same time: each carries in
 proportion to its capacity, and the connection's window controller (NSCC)
 sees one consistent delay. The weights are pulled back towards even, and
 snap back to exactly even near it: equal planes are sprayed as before.
+Weights move at a rate per unit of time (``HORIZON``), not per update: the
+smoothed delays lag by about a horizon, and a fixed move at every update
+(one slowest RTT) overshot in proportion to how many updates a horizon held.
+A plane that loses much more than the others is capped (``cap``); the cap
+is a ceiling over the delay-driven weight (``dw``), not a change of it, so a
+healed plane gets its share back as soon as its loss average drops.
 
 Policy-free: it only says which plane the next packet should take
 (``choose``); the path policy then sprays over that plane's EVs as usual.
@@ -29,13 +35,16 @@ import math
 
 #: Smoothing of each plane's queueing delay (per sample), as NSCC's.
 DELAY_EWMA = 0.125
-#: How hard one update moves a weight towards equal delays (exponent of the
-#: delay ratio) and how hard it pulls back towards even (so that delay
-#: noise, symmetric across planes, cannot walk the weights away).
-GAIN = 0.25
-#: At most this factor per update either way.
-STEP = 2.0
-PULL = 0.05
+#: Per ``HORIZON`` of time (an update moves by its share of one): how hard
+#: a weight moves towards equal delays (exponent of the delay ratio), at most
+#: by what factor either way, and how hard it is pulled back towards even (so
+#: that delay noise, symmetric across planes, cannot walk the weights away).
+#: Tuned on the claims testbed's half-rate row (issue 13): gain 1.0 gave
+#: 0.87-0.88 of capacity, 0.5 0.88-0.92, 0.25 0.91-0.95, 0.35 0.91-0.94;
+#: the simulated 2 ms-jitter half-rate case wants at least 0.35 (0.90).
+GAIN = 0.35
+STEP = 4.0
+PULL = 0.1
 #: The smallest share a live plane keeps (its feedback must keep flowing).
 FLOOR = 1 / 16
 #: Weights within this of even are even (exactly the plain spray).
@@ -95,7 +104,9 @@ class PlaneShares:
         "_eligible",
         "acked",
         "base",
+        "cap",
         "credit",
+        "dw",
         "even",
         "last_update",
         "lf",
@@ -118,6 +129,10 @@ class PlaneShares:
         self.qdelay = [0.0] * planes
         self.samples = [0] * planes
         self.weight = [1.0] * planes
+        #: The weight the delays alone would give, and each plane's loss cap:
+        #: the share is the smaller (a cap lifts at once when the loss ends).
+        self.dw = [1.0] * planes
+        self.cap = [1.0] * planes
         self.credit = [0.0] * planes
         self.even = True
         self.next_update = -math.inf
@@ -180,7 +195,9 @@ class PlaneShares:
         # Back with an even share, unless it was losing: then with its cap.
         others = [x for q, x in enumerate(self.lf) if q != plane]
         excess = self.lf[plane] - (sum(others) / len(others) if others else 0.0)
-        self.weight[plane] = 1.0 if excess <= LOSSY else max(FLOOR, (1.0 - excess) ** LOSS_POWER)
+        self.cap[plane] = 1.0 if excess <= LOSSY else max(FLOOR, (1.0 - excess) ** LOSS_POWER)
+        self.weight[plane] = self.cap[plane]
+        self.dw[plane] = 1.0
         self.credit[plane] = 0.0
         self.even = all(w == 1.0 for w in self.weight)
 
@@ -190,8 +207,13 @@ class PlaneShares:
         if len(live) < 2 or last is None:
             return
         self.updates += 1
+        # Every move is per HORIZON, scaled by the time since the last
+        # update: ``lt`` lags by about a horizon, and a move per update (one
+        # slowest RTT, 4 ms on a software host) stacked a dozen moves on one
+        # stale reading: the half-rate plane's share swung 0.06-0.75 in
+        # ~400 ms cycles (issue 13, 0.87 of capacity; ideal fixed shares 1.00).
         a = min(1.0, (now - last) / HORIZON)
-        lt, w = self.lt, self.weight
+        lt, dw = self.lt, self.dw
         for p in live:
             lt[p] += a * (self.qdelay[p] - lt[p])
         qd = lt
@@ -202,23 +224,31 @@ class PlaneShares:
         # incast into this receiver), and moving load would only make every
         # sender chase the same plane; that is the window controller's business.
         room = min(qd[p] for p in live) + m < ROOM * (max(qd[p] for p in live) + m)
+        pull, step, gain = PULL * a, STEP ** a, GAIN * a
         for p in live:
             q = max(qd[p], 0.0)
             # Within one base RTT of the mean is noise (or no queue at all, an
             # application-limited sender): only the pull towards even acts.
             ratio = 1.0 if not room or abs(q - mean) < m else (mean + m) / (q + m)
-            w[p] = w[p] ** (1 - PULL) * min(max(ratio ** GAIN, 1 / STEP), STEP)
+            dw[p] = dw[p] ** (1 - pull) * min(max(ratio ** gain, 1 / step), step)
+        top = max(dw[p] for p in live)
+        for p in live:
+            dw[p] /= top
         self._loss_caps(live)
+        w, cap = self.weight, self.cap
+        for p in live:
+            w[p] = min(dw[p], cap[p])
         top = max(w[p] for p in live)
         for p in live:
             v = w[p] / top
             w[p] = 1.0 if v >= EVEN else max(v, FLOOR)
         self.even = all(x == 1.0 for x in w)
 
+
     def _loss_caps(self, live: list[int]) -> None:
         """Average each plane's loss fraction; cap the weight of a plane that
         loses much more than the other planes that deliver."""
-        lf, w = self.lf, self.weight
+        lf, cap = self.lf, self.cap
         # Only a plane that delivers is a reference: one that has just died
         # declares its losses late (silence, not SACK gaps) and would look
         # like the least lossy, capping a gray survivor in favour of the dead.
@@ -242,8 +272,7 @@ class PlaneShares:
             if not others:
                 continue
             excess = lf[p] - (total - (lf[p] if p in delivering else 0.0)) / len(others)
-            if excess > LOSSY:
-                w[p] = min(w[p], max(FLOOR, (1.0 - excess) ** LOSS_POWER))
+            cap[p] = max(FLOOR, (1.0 - excess) ** LOSS_POWER) if excess > LOSSY else 1.0
 
     def choose(self, eligible: list[bool]) -> int | None:
         """The plane of the next packet among ``eligible`` ones (smooth

@@ -29,8 +29,9 @@ def test_unequal_planes_are_filled(case: str, jitter: float) -> None:
 def test_shares_follow_queueing_delay_and_reset() -> None:
     s = PlaneShares(2)
     t = 0.0
-    # Plane 1 keeps a growing queue, plane 0 none: plane 1's share falls.
-    for k in range(400):
+    # Plane 1 keeps a growing queue, plane 0 none: plane 1's share falls
+    # (by a rate per unit of time: over 100 ms, two horizons).
+    for k in range(1000):
         t += 1e-4
         s.on_rtt(0, 1e-3, t)
         s.on_rtt(1, 1e-3 + min(k, 100) * 1e-4, t)
