@@ -144,3 +144,13 @@ def test_burst_phases_split_each_step_at_the_first_senders_start() -> None:
     assert ph["data"] == pytest.approx([0.1, 0.14])
     assert ph["spread"] == pytest.approx([0.02, 0.02])
     assert m.burst_phases(done, {}, go=9.99) == {"release": [], "data": [], "spread": []}
+
+
+def test_asymmetric_verdict_names_a_case_not_run() -> None:
+    from tools.claims.report import _asym_verdict
+
+    assert _asym_verdict([0.92, None]).startswith("met (half rate")
+    assert _asym_verdict([0.85, None]).startswith("NOT met")
+    assert _asym_verdict([0.95, 0.88]) == "NOT met"
+    assert _asym_verdict([0.95, 0.91]) == "met"
+    assert _asym_verdict([None, None]) == "-"

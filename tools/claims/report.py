@@ -48,6 +48,18 @@ def _get(d: Any, *keys: str) -> Any:
     return d
 
 
+def _asym_verdict(vals: list[float | None]) -> str:
+    """Half rate and 4x latency: a case not run (the eBPF ports have no
+    propagation delay) is named, not taken for a failure."""
+    run = [x for x in vals if x is not None]
+    if not run:
+        return _met(None)
+    verdict = _met(min(run) >= 0.9)
+    if vals[1] is None and vals[0] is not None:
+        verdict += " (half rate; the latency case runs with --element userspace)"
+    return verdict
+
+
 def _met(ok: bool | None) -> str:
     return "-" if ok is None else ("met" if ok else "NOT met")
 
@@ -116,7 +128,7 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
                     " / ".join(_f(x) for x in vals),
                     "mptcp " + " / ".join(_f(_get(asy, "mptcp", k, "ratio"))
                                           for k in ("half_rate", "latency")),
-                    _met(None if None in vals else min(vals) >= 0.9)])
+                    _asym_verdict(vals)])
     fa = _get(R, "fairness", "per_stack") or {}
     if "braid" in fa:
         js = [x.get("jain_median") for x in fa["braid"].values()]
