@@ -351,21 +351,7 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
 
     sim.trace = trace
     if vpair is not None:
-        va = vpair[0]
-        vmsg = bytes(64 << 10)
-
-        def vsubmit(peer: Peer, ev: Event | None = None, now: float = 0.0) -> None:
-            if (ev is None or isinstance(ev, MessageAcked)) and va.failed is None \
-                    and len(ends) < bursts:
-                va.conn.send_message(vmsg)
-                sim.wake(va)
-
-        def vstart() -> None:
-            for _ in range(64):
-                vsubmit(va)
-
-        va.on_event = vsubmit
-        sim.at(sim.now + 1e-3, vstart)
+        _victim_stream(sim, vpair[0], sim.now + 1e-3, lambda: len(ends) < bursts)
     sim.at(sim.now + 1e-3, release)
     sim.run(until=sim.now + 2.0 * bursts, done=lambda: len(ends) >= bursts,
             max_events=50_000_000)
@@ -405,6 +391,24 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
     }
 
 
+def _victim_stream(sim: Simulator, va: Peer, start: float, going: Callable[[], bool]) -> None:
+    """The incast victim's stream: 64 KiB messages from ``start``, 64 in flight
+    (one more each time one is acknowledged), while ``going()``."""
+    vmsg = bytes(64 << 10)
+
+    def vsubmit(peer: Peer, ev: Event | None = None, now: float = 0.0) -> None:
+        if (ev is None or isinstance(ev, MessageAcked)) and va.failed is None and going():
+            va.conn.send_message(vmsg)
+            sim.wake(va)
+
+    def vstart() -> None:
+        for _ in range(64):
+            vsubmit(va)
+
+    va.on_event = vsubmit
+    sim.at(start, vstart)
+
+
 def _victim_alone(cfg: Any, *, jitter: float, trim: bool, seed: int, span: float) -> float:
     """``scenario_incast_bursts``' victim stream with no incast: its goodput
     over ``span`` s on the same fabric (bytes/s)."""
@@ -423,21 +427,9 @@ def _victim_alone(cfg: Any, *, jitter: float, trim: bool, seed: int, span: float
                           cids=(90, 190))
     vb.keep_data = False
     _establish(sim, va, vb, limit=0.5)
-    vmsg = bytes(64 << 10)
     t0 = sim.now + 1e-3
     end = t0 + span
-
-    def vsubmit(peer: Peer, ev: Event | None = None, now: float = 0.0) -> None:
-        if (ev is None or isinstance(ev, MessageAcked)) and va.failed is None and sim.now < end:
-            va.conn.send_message(vmsg)
-            sim.wake(va)
-
-    def vstart() -> None:
-        for _ in range(64):
-            vsubmit(va)
-
-    va.on_event = vsubmit
-    sim.at(t0, vstart)
+    _victim_stream(sim, va, t0, lambda: sim.now < end)
     sim.run(until=end, max_events=50_000_000)
     got = sum(64 << 10 for t, _, _ in vb.delivered if t0 <= t <= end)
     return got / span

@@ -5,6 +5,8 @@ even spray over planes gets 0.67 and 0.45 here."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from testbed.sim.scenarios_asym import scenario_asymmetric, scenario_gray_heal
@@ -79,30 +81,38 @@ def test_a_lossy_plane_loses_its_share_and_keeps_it_across_a_park() -> None:
     assert run(0.3, 0.3).even  # equal loss everywhere moves nothing
 
 
+def _equal_delays(s: PlaneShares, t: float, steps: int,
+                  each: Callable[[int], bool | None]) -> tuple[float, int | None]:
+    """``steps`` steps of 0.1 ms, the same RTT on both planes, then ``each(k)``;
+    stops at the first step where it returns True (returned with the time)."""
+    for k in range(steps):
+        t += 1e-4
+        for plane in (0, 1):
+            s.on_rtt(plane, 1e-3, t)
+        if each(k):
+            return t, k
+    return t, None
+
+
 def test_a_capped_plane_that_heals_gets_its_share_back() -> None:
     # Capped at the floor, a plane carries a packet now and then; its loss
     # fraction must still be sampled (outcomes add up across update
     # intervals), else the cap outlives the fault.
     s = PlaneShares(2)
-    t = 0.0
-    for _ in range(2000):
-        t += 1e-4
-        for plane in (0, 1):
-            s.on_rtt(plane, 1e-3, t)
+
+    def lossy(_k: int) -> None:
         s.on_outcome(0, lost=10, acked=10)
         s.on_outcome(1, acked=20)
-    assert s.weight[0] <= 0.1
-    healed_at = None
-    for k in range(20000):  # 2 s; the healed plane gets 1 packet per ms
-        t += 1e-4
-        for plane in (0, 1):
-            s.on_rtt(plane, 1e-3, t)
+
+    def healed(k: int) -> bool:  # the healed plane gets 1 packet per ms
         if k % 10 == 0:
             s.on_outcome(0, acked=1)
         s.on_outcome(1, acked=20)
-        if s.weight[0] == 1.0:
-            healed_at = k
-            break
+        return s.weight[0] == 1.0
+
+    t, _ = _equal_delays(s, 0.0, 2000, lossy)
+    assert s.weight[0] <= 0.1
+    _, healed_at = _equal_delays(s, t, 20000, healed)  # within 2 s
     assert healed_at is not None and s.even
 
 
@@ -110,15 +120,14 @@ def test_a_loss_acknowledged_after_all_is_taken_back() -> None:
     # A copy declared lost and then acknowledged (reordered behind a more
     # queued plane, or trimmed: congestion, not a lossy plane) does not count.
     s = PlaneShares(2)
-    t = 0.0
-    for _ in range(2000):
-        t += 1e-4
-        for plane in (0, 1):
-            s.on_rtt(plane, 1e-3, t)
+
+    def late(_k: int) -> None:
         s.on_outcome(0, lost=6, acked=14)
         for _ in range(6):
             s.on_late(0)
         s.on_outcome(1, acked=20)
+
+    _equal_delays(s, 0.0, 2000, late)
     assert s.even and s.lf[0] == 0.0
 
 
