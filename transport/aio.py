@@ -182,6 +182,9 @@ class EndpointIO:
 
     def _on_readable(self, ps: PlaneSockets) -> None:
         self._drain(ps)
+        # Read to the end: a SACK held back by the ACK delay goes out now,
+        # not after a timer wakeup (docs/daemon.md, "ACK at the end of a read").
+        self.endpoint.flush_acks(time.monotonic())
         self.service()
 
     def _drain(self, ps: PlaneSockets) -> None:

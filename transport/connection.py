@@ -469,6 +469,18 @@ class Connection:
         if urgent:
             self._send_sack(now)
 
+    def ack_pending(self) -> bool:
+        """Received DATA waits for its SACK (the receiver's ACK delay runs)."""
+        return self.receiver.ack_pending()
+
+    def flush_ack(self, now: float) -> None:
+        """Send the SACK the ACK delay holds back, now: the I/O layer has
+        read everything that had arrived, so nothing more can join it before
+        the delay would end (an event loop cannot sleep 20 us; waiting costs a
+        timer wakeup and delays the sender's clock)."""
+        if self.is_established and self.receiver.ack_pending():
+            self._send_sack(now)
+
     def _send_sack(self, now: float) -> None:
         assert self._sealer is not None
         for due in self.receiver.make_sacks(now, self.sender.rtt.srtt):

@@ -68,6 +68,8 @@ class Endpoint:
         self._peer: dict[int, PeerKey] = {}
         self._init_nonce: dict[bytes, int] = {}
         self._events: deque[tuple[Connection, Event]] = deque()
+        #: Connections whose receiver holds a SACK back (``flush_acks``).
+        self._ack_pending: dict[int, Connection] = {}
         self.drops: dict[str, int] = {}
         self.accepted = 0
         self.initiated = 0
@@ -282,6 +284,16 @@ class Endpoint:
     def _collect(self, conn: Connection) -> None:
         while (ev := conn.next_event()) is not None:
             self._events.append((conn, ev))
+        if conn.ack_pending():
+            self._ack_pending[conn.local_cid] = conn
+
+    def flush_acks(self, now: float) -> None:
+        """Every SACK held back by the ACK delay goes out now (``Connection.
+        flush_ack``): call when the input has been read to the end. The
+        connections are the ones that received DATA since the last flush."""
+        pending, self._ack_pending = self._ack_pending, {}
+        for conn in pending.values():
+            conn.flush_ack(now)
 
     def next_event(self) -> tuple[Connection, Event] | None:
         """The next (connection, event) of any connection, in order."""
@@ -292,6 +304,7 @@ class Endpoint:
         so their last datagrams (CLOSE, RESET) have been taken."""
         gone = [c for c in self.connections.values() if c.is_terminal]
         for conn in gone:
+            self._ack_pending.pop(conn.local_cid, None)
             del self.connections[conn.local_cid]
             del self._peer[conn.local_cid]
         return gone

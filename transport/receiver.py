@@ -339,6 +339,10 @@ class Receiver:
         self._hole_refresh = now + max(rtt_hint, self.ack_delay) if self._above else None
         return out
 
+    def ack_pending(self) -> bool:
+        """DATA arrived since the last SACK and waits for the ACK delay."""
+        return self._ack_deadline is not None
+
     def timer(self) -> float | None:
         a, b = self._ack_deadline, self._hole_refresh
         if a is None:

@@ -195,3 +195,37 @@ def test_first_data_packet_on_each_plane_asks_for_an_immediate_ack() -> None:
     assert [i for i, (_, req) in enumerate(out) if req] == sorted(firsts.values()), out
     # One plane: every sample shares one base; nothing extra is asked.
     assert not any(req for _, req in _first_data_flags(1))
+
+
+def test_flush_acks_sends_the_sack_the_ack_delay_holds_back() -> None:
+    # The I/O layer calls flush_acks once it has read its sockets to the end:
+    # a SACK waiting for the ACK delay goes out then, not after a timer wakeup
+    # (issue 14: a 20 us ACK delay is below an event loop's timer resolution).
+    from dataclasses import replace
+
+    from wire.codec import peek_untrusted
+    from wire.constants import PacketType
+
+    # One plane: no plane's first DATA asks for an immediate ACK.
+    cfg = replace(CFG, planes=1, ack_every=64, ack_delay=1.0)  # the delay alone: 1 s
+    a = Endpoint(config=cfg, secret=SECRET, rng=random.Random(1))
+    b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(2))
+    w = Wire(a, b)
+    conn = a.connect("b", 0.0)
+    w.run(lambda: conn.is_established and bool(b.connections))
+    w.run(lambda: not conn.sender.bytes_in_flight, steps=1000)  # handshake settled
+    conn.send_message(os.urandom(5 * 1368))
+    now = w.now + 10e-6
+    data = [d for _, d, _ in a.datagrams_to_send(now)]
+    assert len(data) >= 3
+    for d in data[1:3]:  # neither the first nor the tail (which asks for an ACK)
+        b.receive_datagram(d, RxInfo(0), now, "a")
+    (resp,) = b.connections.values()
+    assert resp.ack_pending()
+    held = [peek_untrusted(d).ptype for _, d, _ in b.datagrams_to_send(now)]
+    assert PacketType.SACK not in held  # the ACK delay holds it back
+    b.flush_acks(now)
+    kinds = [peek_untrusted(d).ptype for _, d, _ in b.datagrams_to_send(now)]
+    assert kinds.count(PacketType.SACK) == 1 and not resp.ack_pending()
+    b.flush_acks(now)  # nothing pending: nothing more
+    assert not b.datagrams_to_send(now)
