@@ -811,6 +811,7 @@ class EvSet:
                 "state": plane.state.value,
                 "evs": len(plane.evs),
                 "parks": plane.parks,
+                "srtt": plane.srtt,
             }
             for s in EvState:
                 row[s.value] = sum(1 for ev in plane.evs if ev.state is s)

@@ -211,7 +211,12 @@ def _sender_state(res: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
             "srtt_ms": (c.get("srtt") or 0) * 1000, "min_rtt_ms": (c.get("min_rtt") or 0) * 1000,
             "plane_weight": shares.get("weight"),
             "plane_qdelay_ms": [q * 1000 for q in shares.get("qdelay") or []],
-            "plane_loss": shares.get("loss")}
+            "plane_loss": shares.get("loss"),
+            # Each plane's own smoothed RTT (what times its silence) and the
+            # packets it carried in this run.
+            "plane_srtt_ms": [None if x is None else x * 1000
+                              for x in c.get("plane_srtt") or []],
+            "plane_sent": c.get("plane_sent")}
 
 
 def _srtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
@@ -466,7 +471,7 @@ def _compound_run(ctx: Ctx, stack: str, label: str, faults: list[tuple[float, st
         pe = plane_events(res, _fault_time(res, "plane 0 down", t_fault))
         srtt = out["srtt_ms"]
         limit = 10 * srtt + (pe["probe_interval_ms"] or 0.0) if srtt else None
-        out.update({"planes": pe, "stall_limit_ms": limit})
+        out.update({"planes": pe, "stall_limit_ms": limit, "sender": _sender_state(res)})
         ctx.say(f"  compound/braid/{label}: plane 0 parked {_fmt(pe['parked_after_ms'])} ms "
                 f"after the fault ({_fmt(pe['parked_after_srtt'])} srtt, "
                 f"{pe['parked_cause']}); stall limit 10 srtt + probe interval = "

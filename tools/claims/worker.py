@@ -367,7 +367,11 @@ class Worker:
         st = await asyncio.wait_for(self.client.stats(), 5)
         return {int(c["stats"]["local_cid"]): {
             "peer": c.get("peer"), "role": c.get("role"), "cc": c.get("cc") or {},
-            "plane_shares": (c.get("paths") or {}).get("plane_shares"), **c["stats"]}
+            "plane_shares": (c.get("paths") or {}).get("plane_shares"),
+            # Each plane's own smoothed RTT (its silence timer) and packets sent.
+            "plane_srtt": [r.get("srtt") for r in (c.get("paths") or {}).get("planes") or []],
+            "plane_sent": [r.get("sent") for r in (c.get("paths") or {}).get("planes") or []],
+            **c["stats"]}
                 for c in st.get("connections", [])}
 
     async def close(self) -> dict[str, Any]:
@@ -390,7 +394,11 @@ class Worker:
                     conns.append({"peer": c["peer"], "role": c["role"], **d,
                                   **{k: c.get(k) for k in ("srtt", "min_rtt", "cwnd",
                                                            "parked_planes", "state",
-                                                           "probe_interval", "plane_shares")},
+                                                           "probe_interval", "plane_shares",
+                                                           "plane_srtt")},
+                                  "plane_sent": [int(x or 0) - int(y or 0) for x, y in zip(
+                                      c.get("plane_sent") or [], b.get("plane_sent") or
+                                      [0] * len(c.get("plane_sent") or []), strict=False)],
                                   "max_window": cc.get("max_window"),
                                   # parks/unparks during this run (absolute times)
                                   "plane_log": [e for e in c.get("plane_log") or []
