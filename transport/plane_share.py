@@ -244,7 +244,6 @@ class PlaneShares:
             w[p] = 1.0 if v >= EVEN else max(v, FLOOR)
         self.even = all(x == 1.0 for x in w)
 
-
     def _loss_caps(self, live: list[int]) -> None:
         """Average each plane's loss fraction; cap the weight of a plane that
         loses much more than the other planes that deliver."""
