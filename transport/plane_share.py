@@ -96,6 +96,12 @@ LIVE = 8
 ROOM = 0.3
 
 
+def _loss_cap(excess: float) -> float:
+    """The weight cap of a plane whose loss fraction exceeds the other
+    planes' by ``excess``: none within ``LOSSY``."""
+    return max(FLOOR, (1.0 - excess) ** LOSS_POWER) if excess > LOSSY else 1.0
+
+
 class PlaneShares:
     """Per-plane weights from per-plane queueing delay; smooth weighted
     round robin over the planes a caller says are eligible."""
@@ -195,7 +201,7 @@ class PlaneShares:
         # Back with an even share, unless it was losing: then with its cap.
         others = [x for q, x in enumerate(self.lf) if q != plane]
         excess = self.lf[plane] - (sum(others) / len(others) if others else 0.0)
-        self.cap[plane] = 1.0 if excess <= LOSSY else max(FLOOR, (1.0 - excess) ** LOSS_POWER)
+        self.cap[plane] = _loss_cap(excess)
         self.weight[plane] = self.cap[plane]
         self.dw[plane] = 1.0
         self.credit[plane] = 0.0
@@ -271,7 +277,7 @@ class PlaneShares:
             if not others:
                 continue
             excess = lf[p] - (total - (lf[p] if p in delivering else 0.0)) / len(others)
-            cap[p] = max(FLOOR, (1.0 - excess) ** LOSS_POWER) if excess > LOSSY else 1.0
+            cap[p] = _loss_cap(excess)
 
     def choose(self, eligible: list[bool]) -> int | None:
         """The plane of the next packet among ``eligible`` ones (smooth
