@@ -6,7 +6,9 @@ listening socket with a drain loop of ``recvmsg_into`` into one preallocated
 buffer (an order of magnitude cheaper per datagram than a
 ``DatagramProtocol``), then one *service* pass: hand out what the
 connections want to send, dispatch their events, re-arm the single timer
-handle at the earliest ``next_timer()``.
+at the earliest ``next_timer()``: a timerfd in the same epoll, because the
+loop's own timers are whole milliseconds and spin on shorter waits
+(``transport/timerfd.py``).
 
 System calls are batched where the kernel helps (docs/benchmarks.md,
 "CPU per gigabyte"): consecutive datagrams for the same (peer, plane, EV,
@@ -30,6 +32,7 @@ from transport.connection import Connection
 from transport.datagram import RxInfo, TxPath
 from transport.endpoint import Endpoint, PeerKey
 from transport.events import Event
+from transport.timerfd import TimerFd
 from transport.udp import (
     GSO_MAX_BYTES,
     GSO_MAX_SEGMENTS,
@@ -90,7 +93,8 @@ class EndpointIO:
 
     def __init__(self, endpoint: Endpoint, planes: Sequence[PlaneAddr], peers: PeerTable, *,
                  on_event: EventHandler | None = None, pool: int = 16,
-                 rcvbuf: int = 32 << 20, sndbuf: int = 8 << 20, batch: bool = True) -> None:
+                 rcvbuf: int = 32 << 20, sndbuf: int = 8 << 20, batch: bool = True,
+                 timerfd: bool = True) -> None:
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint
@@ -105,6 +109,10 @@ class EndpointIO:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        #: The deadline as a timerfd in the loop's epoll (transport/timerfd.py);
+        #: None: ``call_later`` (no timerfd here, or ``timerfd=False``).
+        self._tfd: TimerFd | None = None
+        self._use_tfd = timerfd
         self._kick: asyncio.Handle | None = None
         self._buf = bytearray(_MAX_DGRAM)
         self._view = memoryview(self._buf)
@@ -135,6 +143,13 @@ class EndpointIO:
             raise
         for ps in self.planes:
             self._loop.add_reader(ps.listen.fileno(), self._on_readable, ps)
+        if self._use_tfd:
+            try:
+                self._tfd = TimerFd.open()
+            except OSError:
+                self._tfd = None  # call_later, with its millisecond granularity
+            else:
+                self._loop.add_reader(self._tfd.fileno(), self._on_timerfd)
 
     def close(self) -> None:
         if self.closed:
@@ -147,6 +162,10 @@ class EndpointIO:
             if self._loop is not None and not self._loop.is_closed():
                 self._loop.remove_reader(ps.listen.fileno())
             ps.close()
+        if self._tfd is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._tfd.fileno())
+            self._tfd.close()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -157,7 +176,7 @@ class EndpointIO:
     def now() -> float:
         """The core's clock. Not ``loop.time()``: uvloop's is cached per loop
         iteration at 1 ms resolution, far too coarse for RTT samples of tens of
-        microseconds. Timers still go through the loop (``call_later``)."""
+        microseconds. The timer is a timerfd on the same clock (``_arm``)."""
         return time.monotonic()
 
     # -- API used by the daemon ---------------------------------------------------------
@@ -182,7 +201,7 @@ class EndpointIO:
 
     def _on_readable(self, ps: PlaneSockets) -> None:
         self._drain(ps)
-        # Read to the end: a SACK held back by the ACK delay goes out now,
+        # Read to the end: a SACK held back by a short ACK delay goes out now,
         # not after a timer wakeup (docs/daemon.md, "ACK at the end of a read").
         self.endpoint.flush_acks(time.monotonic())
         self.service()
@@ -409,8 +428,15 @@ class EndpointIO:
             self._timer.cancel()
             self._timer = None
         self._timer_at = t
-        if t is not None:
+        if self._tfd is not None:
+            self._tfd.set(t)  # None disarms
+        elif t is not None:
             self._timer = self.loop.call_later(max(t - time.monotonic(), 0.0), self._on_timer)
+
+    def _on_timerfd(self) -> None:
+        assert self._tfd is not None
+        if self._tfd.expired():  # not a stale wakeup from before a re-arm
+            self._on_timer()
 
     def _on_timer(self) -> None:
         self._timer = None

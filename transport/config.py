@@ -25,7 +25,8 @@ class ConnectionConfig:
     initial_rtt: float = 100e-6
     #: Line rate of one plane (bytes/s), for the initial window and pacing.
     plane_rate: float = 12.5e6
-    #: Receiver: SACK after this many DATA packets, or after ack_delay.
+    #: Receiver: SACK after this many DATA packets, or after at most ack_delay
+    #: (receiver.ack_deadline); the sender allows for it in its loss timers.
     ack_every: int = 4
     ack_delay: float = 20e-6
     #: Loss recovery.

@@ -51,6 +51,12 @@ from wire.packets import (
 )
 
 _CLOSE_RETRIES = 5
+#: What the sender allows for the peer's ACK delay before its SACKs report one
+#: (the SACK ``ACK Delay`` field; ``Sender.ack_delay`` learns it from there).
+PEER_ACK_DELAY = 20e-6
+#: An ACK delay up to this is shorter than an event-loop wakeup: the I/O layer
+#: sends such held SACKs once it has read its sockets (``flush_ack``).
+FLUSH_ACK_DELAY = 100e-6
 #: Probe id of a credit probe: the receiver answers it with a SACK (its
 #: current credit edge), not a PROBE_ACK; path probes count from 1.
 _CREDIT_PROBE_ID = 0
@@ -108,7 +114,8 @@ class Connection:
         self.cc = cc_registry.get(c.congestion, **cc_params)
         self.sender = Sender(
             payload_size=c.payload_size, initial_rtt=c.initial_rtt, min_rto=c.min_rto,
-            max_rto=c.max_rto, reorder_fraction=c.reorder_fraction, ack_delay=c.ack_delay,
+            max_rto=c.max_rto, reorder_fraction=c.reorder_fraction,
+            ack_delay=min(c.ack_delay, PEER_ACK_DELAY),
             psn_window=c.psn_window, initial_psn=c.initial_psn,
         )
         self.receiver = Receiver(
@@ -474,11 +481,13 @@ class Connection:
         return self.receiver.ack_pending()
 
     def flush_ack(self, now: float) -> None:
-        """Send the SACK the ACK delay holds back, now: the I/O layer has
-        read everything that had arrived, so nothing more can join it before
-        the delay would end (an event loop cannot sleep 20 us; waiting costs a
-        timer wakeup and delays the sender's clock)."""
-        if self.is_established and self.receiver.ack_pending():
+        """Send the SACK the ACK delay holds back, now, if that delay is
+        shorter than a wakeup (``FLUSH_ACK_DELAY``): the I/O layer has read
+        everything that had arrived, so nothing more could join it in time,
+        and waiting would cost a timer wakeup. A longer ACK delay is a
+        coalescing window the SACK waits out."""
+        if self.receiver.ack_delay <= FLUSH_ACK_DELAY and self.is_established \
+                and self.receiver.ack_pending():
             self._send_sack(now)
 
     def _send_sack(self, now: float) -> None:
@@ -514,7 +523,7 @@ class Connection:
             self._persist_at = None
             self._persist_backoff = 0
         if res.rtt is not None:
-            self.health.set_rtt(self.sender.rtt.srtt, self.config.ack_delay)
+            self.health.set_rtt(self.sender.rtt.srtt, self.sender.ack_delay)
         if res.plane_rtt is not None:
             plane, prtt = res.plane_rtt
             self.health.plane_rtt(plane, prtt, now)
@@ -847,6 +856,8 @@ class Connection:
                 flags = (_RETX if retx else 0) | (_LAST if p.last else 0)
                 if not retx_queue and not s.has_new_data:
                     flags |= _ACK_REQ  # the tail: don't make the receiver wait
+                elif in_flight + len(payload) + size > window:
+                    flags |= _ACK_REQ  # it fills the window: only a SACK opens it
                 plane, value = ev.plane, ev.value
                 if unsampled and plane in unsampled:
                     flags |= _ACK_REQ  # this plane's base RTT, before a queue forms
@@ -888,6 +899,8 @@ class Connection:
                 flags = _LAST if p.last else 0
                 if not more:
                     flags |= _ACK_REQ  # the tail: don't make the receiver wait
+                elif in_flight + p.length + size > window:
+                    flags |= _ACK_REQ  # it fills the window: only a SACK opens it
                 if unsampled and plane in unsampled:
                     flags |= _ACK_REQ  # this plane's base RTT, before a queue forms
                     unsampled.discard(plane)

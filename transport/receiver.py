@@ -19,6 +19,12 @@ a byte count); a sender keeps the bytes of new data it ever sent below the
 largest edge it heard, so the receiver never has to drop anything it could
 acknowledge. A slice beyond the edge (a sender that ignores credit) is not
 recorded, not acknowledged, and counted in ``no_buffer``.
+
+ACKs are coalesced: a SACK goes out after ``ack_every`` packets, at once for
+a packet that asks for it (ACK_REQ), is CE-marked or repeats, and otherwise
+when the ACK delay runs out. Every SACK says how long
+the packet it echoes was held (``ACK Delay``), and the sender takes that out
+of its RTT sample (docs/daemon.md, "ACK coalescing").
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from transport.psn import unwrap, wire
-from wire.constants import INITIAL_CREDIT, NackReason
+from wire.constants import ACK_DELAY_HZ, ACK_DELAY_MAX, INITIAL_CREDIT, NackReason
 from wire.packets import Data, Nack, Sack
 
 _BITMAP_BITS = 64
@@ -94,6 +100,8 @@ class Receiver:
         self._unacked = 0
         self._ce_since_ack = 0
         self._last: tuple[int, int, int, int] | None = None  # psn, ev, ts, plane
+        #: When the packet of ``_last`` arrived: the SACK says how long it held it.
+        self._last_at = 0.0
         # PSN range that arrived since the last SACK: spraying scatters it, so
         # one 64-PSN bitmap ending at the last arrival may not cover it.
         self._pend_lo: int | None = None
@@ -175,6 +183,7 @@ class Receiver:
         if psn < self.cum_psn or psn in self._above:
             # A duplicate means the sender did not hear our SACK: repeat it now.
             self._last = (psn, ev, ts, plane)
+            self._last_at = now
             self.duplicates += 1
             return True
         n = len(payload)
@@ -190,6 +199,7 @@ class Receiver:
             self.no_buffer += 1
             return self._last is not None
         self._last = (psn, ev, ts, plane)
+        self._last_at = now
         if ce:
             self._ce_since_ack += 1
         # _record(psn), inlined (it is not a duplicate: checked above).
@@ -327,8 +337,9 @@ class Receiver:
                                            rwnd, 0, plane), plane, False))
                 start += _BITMAP_BITS
         ce = self._ce_since_ack
+        held = int((now - self._last_at) * ACK_DELAY_HZ)
         sack = Sack(wire(cum), wire(base), self._bitmap(base), wire(psn), ev, ts, rwnd,
-                    min(ce, 0xFFFF), plane)
+                    min(ce, 0xFFFF), plane, min(max(held, 0), ACK_DELAY_MAX))
         out.append(AckDue(sack, plane, ce > 0))
         self._unacked = 0
         self._ce_since_ack = 0

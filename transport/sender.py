@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from transport.psn import unwrap
-from wire.constants import INITIAL_CREDIT
+from wire.constants import ACK_DELAY_HZ, INITIAL_CREDIT
 from wire.packets import Sack
 
 #: How far a SACK's bitmap reaches.
@@ -126,7 +126,13 @@ class Sender:
         self.min_rto = min_rto
         self.max_rto = max_rto
         self.reorder_fraction = reorder_fraction
+        #: How long the peer's receiver may hold a SACK back, as its SACKs
+        #: report it (``ACK Delay``): a max that rises at once and decays over
+        #: about 32 SACKs, never below ``ack_delay`` (the allowance before it
+        #: reported anything). The loss, probe and silence timers wait for it.
         self.ack_delay = ack_delay
+        self._ack_delay_floor = ack_delay
+        self._peer_hold = 0.0
         self.psn_window = psn_window
         self.rtt = RttEstimator(initial_rtt)
         # PSNs are unbounded integers here, 32 bits on the wire (transport.psn).
@@ -423,6 +429,25 @@ class Sender:
             self.reorder_extra = min(self.reorder_extra + self.rtt.min_rtt / 4,
                                      2 * self.rtt.srtt)
 
+    def _held_out(self, rtt: float, ack_delay: int) -> float:
+        """The RTT sample without the time the receiver held the packet
+        (SACK ``ACK Delay``), as QUIC does; never below the smallest sample
+        so far, so a peer cannot shrink it with a made-up delay."""
+        held = ack_delay / ACK_DELAY_HZ - self._ack_delay_floor
+        if held <= 0:
+            return rtt
+        net = rtt - held
+        floor = self.rtt.min_rtt  # inf before the first sample
+        if net >= floor:
+            return net
+        return min(rtt, floor) if floor != float("inf") or net <= 0 else net
+
+    def _learn_hold(self, held: float) -> None:
+        hold = self._peer_hold
+        hold = held if held > hold else hold - (hold - held) / 32
+        self._peer_hold = hold
+        self.ack_delay = max(self._ack_delay_floor, hold)
+
     def on_sack(self, sack: Sack, *, now: float, now_us: int) -> AckResult:
         res = AckResult()
         inflight = self.inflight
@@ -462,7 +487,12 @@ class Sender:
         # RTT from the echoed timestamp of the packet that triggered the SACK.
         sampled = next((q for q in res.newly_acked if q.psn == ack_psn), None)
         if sampled is not None and sampled.timestamp == sack.echo_ts:
-            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+            # Only a SACK that acknowledges its echoed packet first says how
+            # long the receiver holds SACKs back (a repeat, a hole refresh or
+            # a credit update echoes whatever came last, however long ago).
+            if sack.ack_delay or self._peer_hold:
+                self._learn_hold(sack.ack_delay / ACK_DELAY_HZ)
+            rtt = self._held_out(((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6, sack.ack_delay)
             if 0 < rtt < 60:
                 self.rtt.update(rtt)
                 key = (sampled.ev.plane << 16) | sampled.ev.value if sampled.ev else -1
@@ -479,7 +509,7 @@ class Sender:
             # arrives late, so without this its plane would never be sampled.
             # The echo still times that packet's round trip (not the
             # connection's srtt: Karn-safe only for the plane).
-            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+            rtt = self._held_out(((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6, sack.ack_delay)
             self._echoes.append(sack.echo_ts)
             if 0 < rtt < 60 and (sack.plane in self.plane_rtt or len(self.plane_rtt) < 64):
                 self._plane_sample(res, sack.plane, rtt)

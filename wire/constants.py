@@ -30,6 +30,12 @@ COUNTER_MAX: Final = (1 << 48) - 1
 #: heard any SACK; every receiver grants at least this much (SPEC "Receive credit").
 INITIAL_CREDIT: Final = 1 << 20
 
+#: SACK ``ACK Delay``: how long the receiver held the echoed packet before
+#: the SACK, in units of 1 / ACK_DELAY_HZ seconds (8 µs), saturating at
+#: ACK_DELAY_MAX (2.04 ms).
+ACK_DELAY_HZ: Final = 125_000
+ACK_DELAY_MAX: Final = 255
+
 
 class PacketType(enum.IntEnum):
     INIT = 1

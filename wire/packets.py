@@ -81,6 +81,7 @@ class Sack:
     rwnd: int
     ce_count: int
     plane: int
+    ack_delay: int = 0
 
     TYPE = PacketType.SACK
 
@@ -222,7 +223,7 @@ def pack_body(body: Body) -> bytes:
     if isinstance(body, Sack):
         return SACK_BODY.pack(
             body.cum_psn, body.bitmap_base, body.bitmap, body.ack_psn, body.echo_ev,
-            body.echo_ts, body.rwnd, body.ce_count, body.plane, 0,
+            body.echo_ts, body.rwnd, body.ce_count, body.plane, body.ack_delay,
         )
     if isinstance(body, Nack):
         return NACK_BODY.pack(
@@ -257,8 +258,8 @@ def unpack_body(ptype: PacketType, buf: bytes | memoryview, offset: int) -> Body
         psn, ev, plane, _r, plen, mid, moff, mlen, ts = DATA_BODY.unpack_from(buf, offset)
         return Data(psn, ev, plane, plen, mid, moff, mlen, ts)
     if ptype is PacketType.SACK:
-        cum, base, bm, apsn, eev, ets, rwnd, ce, plane, _r = SACK_BODY.unpack_from(buf, offset)
-        return Sack(cum, base, bm, apsn, eev, ets, rwnd, ce, plane)
+        cum, base, bm, apsn, eev, ets, rwnd, ce, plane, delay = SACK_BODY.unpack_from(buf, offset)
+        return Sack(cum, base, bm, apsn, eev, ets, rwnd, ce, plane, delay)
     if ptype is PacketType.NACK:
         psn, eev, cum, ets, reason, plane, _r = NACK_BODY.unpack_from(buf, offset)
         return Nack(psn, eev, cum, ets, reason, plane)

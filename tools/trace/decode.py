@@ -207,7 +207,8 @@ def _extra(pkt: TracePacket) -> str:
                 f"len={b.payload_len} ts={b.timestamp}")
     if isinstance(b, Sack):
         return (f"dcid={h.dcid:#x} ctr={h.counter} cum={b.cum_psn} base={b.bitmap_base} "
-                f"bitmap={b.bitmap:#x} echo_ts={b.echo_ts} rwnd={b.rwnd} ce={b.ce_count}")
+                f"bitmap={b.bitmap:#x} echo_ts={b.echo_ts} rwnd={b.rwnd} ce={b.ce_count}"
+                + (f" held={b.ack_delay * 8}us" if b.ack_delay else ""))
     if isinstance(b, Nack):
         return (f"dcid={h.dcid:#x} ctr={h.counter} reason={nack_reason_name(b.reason)} "
                 f"cum={b.cum_psn} echo_ts={b.echo_ts}")

@@ -171,7 +171,7 @@ class BraidSack(Packet):
         IntField("rwnd", 0),
         ShortField("ce_count", 0),
         ByteField("plane", 0),
-        ByteField("reserved", 0),
+        ByteField("ack_delay", 0),  # units of 8 us (wire/SPEC.md 3.2)
         *_tail(PacketType.SACK),
     ]
 

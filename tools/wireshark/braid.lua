@@ -73,6 +73,7 @@ f.echo_ev = ProtoField.uint32("braid.echo_ev", "Echoed EV")
 f.echo_ts = ProtoField.uint32("braid.echo_ts", "Echoed timestamp")
 f.rwnd = ProtoField.uint32("braid.rwnd", "Receive window")
 f.ce_count = ProtoField.uint16("braid.ce_count", "CE count")
+f.ack_delay = ProtoField.uint8("braid.ack_delay", "ACK delay (8 us units)")
 f.nack_reason = ProtoField.uint8("braid.nack_reason", "NACK reason", base.DEC, nack_reasons)
 f.probe_id = ProtoField.uint32("braid.probe_id", "Probe id")
 f.src_cid = ProtoField.uint32("braid.src_cid", "Source connection id", base.HEX)
@@ -380,7 +381,7 @@ body[4] = function(tvb, t)  -- SACK
     t:add(f.bitmap, tvb(o + 8, 8)); t:add(f.ack_psn, tvb(o + 16, 4))
     t:add(f.echo_ev, tvb(o + 20, 4)); t:add(f.echo_ts, tvb(o + 24, 4))
     t:add(f.rwnd, tvb(o + 28, 4)); t:add(f.ce_count, tvb(o + 32, 2))
-    t:add(f.plane, tvb(o + 34, 1)); t:add(f.reserved, tvb(o + 35, 1))
+    t:add(f.plane, tvb(o + 34, 1)); t:add(f.ack_delay, tvb(o + 35, 1))
     return string.format("cum=%d ack_psn=%d echo_ev=%d plane=%d", tvb(o, 4):uint(),
         tvb(o + 16, 4):uint(), tvb(o + 20, 4):uint(), tvb(o + 34, 1):uint())
 end

@@ -1,0 +1,119 @@
+"""ACK coalescing: the SACK's ACK Delay field (wire/SPEC.md 3.2, "ACK delay"),
+what the sender makes of it, and the window-filling ACK request."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import replace
+
+from test_endpoint import CFG, SECRET, Wire
+from test_sender import _Ev, send
+
+from transport.endpoint import Endpoint
+from transport.receiver import Receiver
+from transport.sender import Sender
+from wire.codec import peek_untrusted
+from wire.constants import ACK_DELAY_HZ, ACK_DELAY_MAX, Flag, PacketType
+from wire.packets import Data, Sack, pack_body, unpack_body
+
+
+def test_ack_delay_field_round_trips() -> None:
+    sack = Sack(1, 2, 3, 4, 5, 6, 7, 8, 1, 200)
+    assert unpack_body(PacketType.SACK, pack_body(sack), 0) == sack
+    # A peer that does not report it sends 0, the field's old reserved value.
+    old = Sack(1, 2, 3, 4, 5, 6, 7, 8, 1)
+    assert unpack_body(PacketType.SACK, pack_body(old), 0).ack_delay == 0
+
+
+def _receiver(delay: float) -> Receiver:
+    return Receiver(ack_every=32, ack_delay=delay, psn_window=1 << 16,
+                    max_message_size=1 << 20, slice_size=1000)
+
+
+def test_receiver_reports_how_long_it_held_the_echoed_packet() -> None:
+    r = _receiver(500e-6)
+    t0 = 10.0
+    for i in range(3):
+        urgent = r.on_data(Data(i, 7, 0, 1000, 1, i * 1000, 8000, 100 + i), b"x" * 1000,
+                           ce=False, now=t0 + i * 50e-6, ack_req=False)
+        assert not urgent  # coalesced: neither ack_every nor a request
+    assert r.timer() == t0 + 500e-6  # the delay runs from the first held packet
+    (due,) = r.make_sacks(t0 + 500e-6, rtt_hint=1e-3)
+    # The echoed packet (the last, at t0 + 100 us) waited 400 us = 50 units.
+    assert due.sack.ack_psn == 2 and due.sack.echo_ts == 102
+    assert due.sack.ack_delay == 50
+    # Held longer than the field reaches: it saturates, it does not wrap.
+    r.on_data(Data(3, 7, 0, 1000, 1, 3000, 8000, 103), b"x" * 1000, ce=False, now=t0 + 1,
+              ack_req=False)
+    (due,) = r.make_sacks(t0 + 1 + 0.01, rtt_hint=1e-3)
+    assert due.sack.ack_delay == ACK_DELAY_MAX
+
+
+def _sender() -> Sender:
+    return Sender(payload_size=1000, initial_rtt=1e-3, min_rto=1e-3, max_rto=1.0,
+                  reorder_fraction=0.25, ack_delay=20e-6, psn_window=1 << 16)
+
+
+def _held_sack(s: Sender, ev: _Ev, sent: float, now: float, held_units: int) -> float | None:
+    p = send(s, ev, sent)
+    res = s.on_sack(Sack(p.psn + 1, p.psn + 1, 0, p.psn, ev.value, p.timestamp, 0, 0, ev.plane,
+                         held_units), now=now, now_us=int(now * 1e6))
+    return res.rtt
+
+
+def test_sender_takes_the_reported_hold_out_of_its_rtt_sample_and_learns_it() -> None:
+    s = _sender()
+    s.enqueue(b"x" * 16000)
+    ev = _Ev(0, 1)
+    # 300 us of network, 400 us held (50 units): the sample is the network's,
+    # less the 20 us the sender allows for anyway (PEER_ACK_DELAY's floor).
+    rtt = _held_sack(s, ev, 0.0, 700e-6, 50)
+    assert rtt is not None and abs(rtt - (700e-6 - (400e-6 - 20e-6))) < 2e-6
+    assert abs(s.ack_delay - 400e-6) < 1e-9  # the loss timers now wait for it
+    # A SACK held for nothing leaves the learnt delay to decay slowly, not at once.
+    t = 1e-3
+    for _ in range(8):
+        assert _held_sack(s, ev, t, t + 300e-6, 0) is not None
+        t += 1e-3
+    assert 250e-6 < s.ack_delay < 400e-6
+    assert s.rtt.min_rtt >= 299e-6
+
+
+def test_a_made_up_ack_delay_cannot_shrink_the_rtt_below_its_minimum() -> None:
+    s = _sender()
+    s.enqueue(b"x" * 4000)
+    ev = _Ev(0, 1)
+    assert _held_sack(s, ev, 0.0, 300e-6, 0) is not None  # min_rtt 300 us
+    # A hostile peer claims it held a 500 us round trip for 2 ms.
+    rtt = _held_sack(s, ev, 1e-3, 1.5e-3, ACK_DELAY_MAX)
+    assert rtt is not None and rtt >= 300e-6 - 1e-9
+    assert s.rtt.min_rtt >= 300e-6 - 1e-9
+    assert s.ack_delay <= ACK_DELAY_MAX / ACK_DELAY_HZ + 1e-9  # bounded by the field
+
+
+def test_the_packet_that_fills_the_window_asks_for_an_ack() -> None:
+    # A receiver coalescing SACKs for up to ack_delay must not hold the ACK
+    # clock of a window-bound sender: the last packet that fits asks for one.
+    cfg = replace(CFG, planes=1, ack_every=64, ack_delay=1.0)
+    a = Endpoint(config=cfg, secret=SECRET, rng=random.Random(1))
+    b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(2))
+    w = Wire(a, b)
+    conn = a.connect("b", 0.0)
+    w.run(lambda: conn.is_established and bool(b.connections))
+    w.run(lambda: not conn.sender.bytes_in_flight, steps=1000)
+    conn.send_message(os.urandom(1 << 20))
+    window = conn.cc.cwnd
+    now, sent, flags = w.now, 0, []
+    for _ in range(1000):  # nothing is delivered: only the window stops it
+        now += 10e-6
+        for data, _path in conn.datagrams_to_send(now):
+            h = peek_untrusted(data)
+            if h.ptype == PacketType.DATA:
+                flags.append(bool(h.flags & Flag.ACK_REQ))
+                sent += 1
+        if conn.sender.bytes_in_flight + cfg.payload_size > window:
+            break
+    assert conn.sender.bytes_in_flight + cfg.payload_size > window, "window never filled"
+    assert flags[-1], "the window-filling packet must ask for a SACK"
+    assert not any(flags[1:-1]), flags  # only the plane's first packet and the last
