@@ -836,6 +836,9 @@ class Connection:
         unsampled = self._rtt_unsampled
         tx_paths = self._tx_paths
         ts = _us(now)
+        # A peer that holds SACKs back longer than we allow for anyway (its
+        # SACKs' ACK Delay) is asked for one by the packet that fills the window.
+        fill_req = s.ack_delay > PEER_ACK_DELAY
         while budget > 0 and (retx_queue or s.has_new_data):
             in_flight = s.bytes_in_flight
             if in_flight and in_flight + size > window:
@@ -856,7 +859,7 @@ class Connection:
                 flags = (_RETX if retx else 0) | (_LAST if p.last else 0)
                 if not retx_queue and not s.has_new_data:
                     flags |= _ACK_REQ  # the tail: don't make the receiver wait
-                elif in_flight + len(payload) + size > window:
+                elif fill_req and in_flight + len(payload) + size > window:
                     flags |= _ACK_REQ  # it fills the window: only a SACK opens it
                 plane, value = ev.plane, ev.value
                 if unsampled and plane in unsampled:
@@ -899,7 +902,7 @@ class Connection:
                 flags = _LAST if p.last else 0
                 if not more:
                     flags |= _ACK_REQ  # the tail: don't make the receiver wait
-                elif in_flight + p.length + size > window:
+                elif fill_req and in_flight + p.length + size > window:
                     flags |= _ACK_REQ  # it fills the window: only a SACK opens it
                 if unsampled and plane in unsampled:
                     flags |= _ACK_REQ  # this plane's base RTT, before a queue forms

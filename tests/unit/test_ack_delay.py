@@ -10,6 +10,8 @@ from dataclasses import replace
 from test_endpoint import CFG, SECRET, Wire
 from test_sender import _Ev, send
 
+from transport.connection import PEER_ACK_DELAY
+from transport.datagram import RxInfo
 from transport.endpoint import Endpoint
 from transport.receiver import Receiver
 from transport.sender import Sender
@@ -92,28 +94,41 @@ def test_a_made_up_ack_delay_cannot_shrink_the_rtt_below_its_minimum() -> None:
     assert s.ack_delay <= ACK_DELAY_MAX / ACK_DELAY_HZ + 1e-9  # bounded by the field
 
 
-def test_the_packet_that_fills_the_window_asks_for_an_ack() -> None:
-    # A receiver coalescing SACKs for up to ack_delay must not hold the ACK
-    # clock of a window-bound sender: the last packet that fits asks for one.
-    cfg = replace(CFG, planes=1, ack_every=64, ack_delay=1.0)
+def test_the_packet_that_fills_the_window_asks_for_an_ack_once_the_peer_holds_sacks() -> None:
+    # A receiver coalescing SACKs for up to its ACK delay must not hold the
+    # ACK clock of a window-bound sender: once the peer's SACKs report holds
+    # longer than the sender allows for, the last packet that fits asks.
+    cfg = replace(CFG, planes=1, ack_every=64, ack_delay=1e-3)
     a = Endpoint(config=cfg, secret=SECRET, rng=random.Random(1))
     b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(2))
     w = Wire(a, b)
     conn = a.connect("b", 0.0)
     w.run(lambda: conn.is_established and bool(b.connections))
     w.run(lambda: not conn.sender.bytes_in_flight, steps=1000)
+    assert conn.sender.ack_delay == PEER_ACK_DELAY  # nothing held so far
     conn.send_message(os.urandom(1 << 20))
+    now = w.now + 10e-6
+    data = [d for _, d, _ in a.datagrams_to_send(now)
+            if peek_untrusted(d).ptype == PacketType.DATA]
+    for d in data[1:3]:  # neither a plane's first packet nor the window's last
+        assert not peek_untrusted(d).flags & Flag.ACK_REQ
+        b.receive_datagram(d, RxInfo(0), now, "a")
+    assert not b.datagrams_to_send(now)  # held
+    now += 1e-3
+    b.handle_timer(now)
+    sacks = [d for _, d, _ in b.datagrams_to_send(now)]
+    assert [peek_untrusted(d).ptype for d in sacks] == [PacketType.SACK]
+    a.receive_datagram(sacks[0], RxInfo(0), now + 50e-6, "b")
+    assert conn.sender.ack_delay > 900e-6  # learnt: b holds SACKs ~1 ms
     window = conn.cc.cwnd
-    now, sent, flags = w.now, 0, []
-    for _ in range(1000):  # nothing is delivered: only the window stops it
+    flags: list[bool] = []
+    for _ in range(1000):  # nothing more is delivered: only the window stops it
         now += 10e-6
-        for data, _path in conn.datagrams_to_send(now):
-            h = peek_untrusted(data)
-            if h.ptype == PacketType.DATA:
-                flags.append(bool(h.flags & Flag.ACK_REQ))
-                sent += 1
+        for d, _path in [(d, p) for _, d, p in a.datagrams_to_send(now + 50e-6)]:
+            if peek_untrusted(d).ptype == PacketType.DATA:
+                flags.append(bool(peek_untrusted(d).flags & Flag.ACK_REQ))
         if conn.sender.bytes_in_flight + cfg.payload_size > window:
             break
     assert conn.sender.bytes_in_flight + cfg.payload_size > window, "window never filled"
-    assert flags[-1], "the window-filling packet must ask for a SACK"
-    assert not any(flags[1:-1]), flags  # only the plane's first packet and the last
+    assert flags and flags[-1], "the window-filling packet must ask for a SACK"
+    assert not any(flags[:-1]), flags
