@@ -553,7 +553,11 @@ def incast(ctx: Ctx) -> dict[str, Any]:
     n = ctx.fab.n_hosts
     senders = list(range(2, n - 1))
     victim = (n - 1, 1)
-    size = ctx.q(128 << 10, 256 << 10)
+    # A burst lasts the same ideal ~92 ms at any --planes / --rate (256 KiB per
+    # sender on the default 2 x 100 Mbit/s), so a sitting at a lower rate has
+    # as many bursts behind its p100 as the default one.
+    scale = cf.PLANES * cf.RATE_MBIT / 200
+    size = max(16 << 10, round(ctx.q(128 << 10, 256 << 10) * scale / 4096) * 4096)
     dur = ctx.q(1.5, 4.0)
     stacks = [s for st in ctx.stacks for s in ((st, "braid-taildrop") if st == "braid" else (st,))]
     per: dict[str, Any] = {}
