@@ -8,8 +8,13 @@ import asyncio
 import select
 import time
 
+from test_daemon import free_port
+
 from transport.aio import EndpointIO
+from transport.config import ConnectionConfig
+from transport.endpoint import Endpoint
 from transport.timerfd import TimerFd
+from transport.udp import PeerTable, PlaneAddr
 
 
 def test_timerfd_expires_at_its_deadline_not_before() -> None:
@@ -48,12 +53,6 @@ def test_a_rearm_makes_an_unread_expiry_stale() -> None:
 
 def test_endpoint_io_sleeps_on_a_timerfd() -> None:
     # The daemon's I/O layer uses the timerfd, and closing it closes it.
-    from test_daemon import free_port
-
-    from transport.config import ConnectionConfig
-    from transport.endpoint import Endpoint
-    from transport.udp import PeerTable, PlaneAddr
-
     port = free_port()
     ep = Endpoint(config=ConnectionConfig(planes=1), secret=b"k" * 32)
     io = EndpointIO(ep, [PlaneAddr("127.0.0.1", port)], PeerTable(1, [port]))
@@ -65,3 +64,60 @@ def test_endpoint_io_sleeps_on_a_timerfd() -> None:
         io.close()
         loop.close()
     assert io._tfd is not None and io._tfd.fileno() == -1
+
+
+class _OneDeadline(Endpoint):
+    """A real endpoint whose only timer is one fixed deadline; counts wakeups."""
+
+    def __init__(self, deadline: float) -> None:
+        super().__init__(config=ConnectionConfig(planes=1), secret=b"k" * 32)
+        self.deadline: float | None = deadline
+        self.wakeups = 0
+
+    def next_timer(self) -> float | None:
+        return self.deadline
+
+    def handle_timer(self, now: float) -> None:
+        self.wakeups += 1
+        if self.deadline is not None and now >= self.deadline:
+            self.deadline = None
+
+
+def _wakeups(delay: float, *, timerfd: bool) -> int:
+    """Wakeups of the I/O layer's timer for one deadline ``delay`` ahead, set
+    from inside the running loop (uvloop, as the daemon runs)."""
+    import uvloop
+
+    port = free_port()
+    loop = uvloop.new_event_loop()
+    ep = _OneDeadline(0.0)
+    ep.deadline = None
+    io = EndpointIO(ep, [PlaneAddr("127.0.0.1", port)], PeerTable(1, [port]), timerfd=timerfd)
+
+    def arm() -> None:
+        ep.deadline = time.monotonic() + delay
+        io._arm()
+
+    try:
+        io.open(loop)
+
+        async def main() -> None:
+            await asyncio.sleep(0.01)  # the loop is warm
+            loop.call_soon(arm)
+            await asyncio.sleep(delay + 0.01)
+
+        loop.run_until_complete(main())
+        assert ep.deadline is None, "the deadline never fired"
+        return ep.wakeups
+    finally:
+        io.close()
+        loop.close()
+
+
+def test_a_sub_millisecond_deadline_costs_one_wakeup() -> None:
+    # uvloop's call_later turns 400 us into call_soon: the old timer spun,
+    # waking again and again until the deadline passed. The timerfd wakes once.
+    assert _wakeups(400e-6, timerfd=True) == 1
+    # A far deadline goes on the loop's own timer, which may fire up to 1 ms
+    # early: then the rest is on the timerfd, so at most two wakeups.
+    assert _wakeups(5e-3, timerfd=True) <= 2
