@@ -22,9 +22,9 @@ recorded, not acknowledged, and counted in ``no_buffer``.
 
 ACKs are coalesced: a SACK goes out after ``ack_every`` packets, at once for
 a packet that asks for it (ACK_REQ), is CE-marked or repeats, and otherwise
-when the ACK delay runs out. Every SACK says how long
-the packet it echoes was held (``ACK Delay``), and the sender takes that out
-of its RTT sample (docs/daemon.md, "ACK coalescing").
+when the ACK delay runs out. Every SACK says how long the packet it echoes
+was held (``ACK Delay``), and the sender takes that out of its RTT sample
+(docs/daemon.md, "ACK coalescing").
 """
 
 from __future__ import annotations
