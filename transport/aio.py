@@ -6,9 +6,9 @@ listening socket with a drain loop of ``recvmsg_into`` into one preallocated
 buffer (an order of magnitude cheaper per datagram than a
 ``DatagramProtocol``), then one *service* pass: hand out what the
 connections want to send, dispatch their events, re-arm the single timer
-at the earliest ``next_timer()``: a timerfd in the same epoll, because the
-loop's own timers are whole milliseconds and spin on shorter waits
-(``transport/timerfd.py``).
+at the earliest ``next_timer()``: under 2 ms ahead a timerfd in the same
+epoll, because the loop's own timers are whole milliseconds and spin on
+shorter waits (``transport/timerfd.py``), else the loop's timer.
 
 System calls are batched where the kernel helps (docs/benchmarks.md,
 "CPU per gigabyte"): consecutive datagrams for the same (peer, plane, EV,

@@ -25,8 +25,8 @@ class ConnectionConfig:
     initial_rtt: float = 100e-6
     #: Line rate of one plane (bytes/s), for the initial window and pacing.
     plane_rate: float = 12.5e6
-    #: Receiver: SACK after this many DATA packets, or after at most ack_delay
-    #: (receiver.ack_deadline); the sender allows for it in its loss timers.
+    #: Receiver: SACK after this many DATA packets, or once ack_delay has run
+    #: out (each SACK reports its hold: wire/SPEC.md 3.2, "ACK delay").
     ack_every: int = 4
     ack_delay: float = 20e-6
     #: Loss recovery.
