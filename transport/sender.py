@@ -434,7 +434,7 @@ class Sender:
         (SACK ``ACK Delay``), as QUIC does; never below the smallest sample
         so far, so a peer cannot shrink it with a made-up delay."""
         held = ack_delay / ACK_DELAY_HZ - self._ack_delay_floor
-        if held <= 0:
+        if held <= 0:  # within the allowance the timers make anyway
             return rtt
         net = rtt - held
         floor = self.rtt.min_rtt  # inf before the first sample
@@ -492,7 +492,9 @@ class Sender:
             # a credit update echoes whatever came last, however long ago).
             if sack.ack_delay or self._peer_hold:
                 self._learn_hold(sack.ack_delay / ACK_DELAY_HZ)
-            rtt = self._held_out(((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6, sack.ack_delay)
+            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+            if sack.ack_delay:  # a held SACK (one call per SACK saved otherwise)
+                rtt = self._held_out(rtt, sack.ack_delay)
             if 0 < rtt < 60:
                 self.rtt.update(rtt)
                 key = (sampled.ev.plane << 16) | sampled.ev.value if sampled.ev else -1
@@ -509,7 +511,9 @@ class Sender:
             # arrives late, so without this its plane would never be sampled.
             # The echo still times that packet's round trip (not the
             # connection's srtt: Karn-safe only for the plane).
-            rtt = self._held_out(((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6, sack.ack_delay)
+            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+            if sack.ack_delay:  # a held SACK (one call per SACK saved otherwise)
+                rtt = self._held_out(rtt, sack.ack_delay)
             self._echoes.append(sack.echo_ts)
             if 0 < rtt < 60 and (sack.plane in self.plane_rtt or len(self.plane_rtt) < 64):
                 self._plane_sample(res, sack.plane, rtt)

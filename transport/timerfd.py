@@ -14,14 +14,13 @@ a second and still used 0.57 of a core, and at 178 Mbit/s it never slept
 A timerfd on ``CLOCK_MONOTONIC`` (the clock of ``time.monotonic``, the core's
 clock) with an absolute expiry wakes the loop's epoll at the deadline to the
 microsecond, and never before it. ``TimerFd.open`` raises ``OSError`` where
-there is none (not Linux, no ``libc``, another monotonic clock); the caller
+there is none (not Linux, another monotonic clock); the caller
 falls back to ``call_later``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import time
 from collections.abc import Callable
@@ -42,10 +41,8 @@ class _Itimerspec(ctypes.Structure):
 
 
 def _libc() -> ctypes.CDLL:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        raise OSError("no C library found for timerfd")
-    libc = ctypes.CDLL(name, use_errno=True)
+    """The process's own C library (as testbed/nsutil.py loads it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
     if not hasattr(libc, "timerfd_create"):
         raise OSError("the C library has no timerfd_create")
     libc.timerfd_create.argtypes = [ctypes.c_int, ctypes.c_int]

@@ -69,7 +69,7 @@ def test_endpoint_io_sleeps_on_a_timerfd() -> None:
 class _OneDeadline(Endpoint):
     """A real endpoint whose only timer is one fixed deadline; counts wakeups."""
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float | None = None) -> None:
         super().__init__(config=ConnectionConfig(planes=1), secret=b"k" * 32)
         self.deadline: float | None = deadline
         self.wakeups = 0
@@ -91,8 +91,7 @@ def _wakeups(delay: float) -> tuple[int, bool]:
 
     port = free_port()
     loop = uvloop.new_event_loop()
-    ep = _OneDeadline(0.0)
-    ep.deadline = None
+    ep = _OneDeadline()
     io = EndpointIO(ep, [PlaneAddr("127.0.0.1", port)], PeerTable(1, [port]))
     on_tfd: list[bool] = []
 
