@@ -54,6 +54,9 @@ class FixedWindow:
     def on_loss(self, *, now: float, lost_bytes: int) -> None:
         self._lost += lost_bytes
 
+    def on_spurious_loss(self, *, now: float, lost_bytes: int) -> None:
+        pass  # the window never moved for the loss
+
     def on_timeout(self, *, now: float) -> None:
         self._timeouts += 1
 

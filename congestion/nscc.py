@@ -226,6 +226,10 @@ class Nscc:
         # The highest delay of the RTTs whose loss made delay the mark: a
         # tail-drop buffer overflowed there, so it caps the queue.
         self._mark_level = 0.0
+        # The bytes whose loss made (or kept) delay the mark since it was
+        # turned on: if every one of them is acknowledged after all (a copy
+        # only reordered behind a slower plane's), there was no overflow.
+        self._mark_bytes = 0
         # Application-limited detection for QuickAdapt: did the window hold
         # back a packet the sender had ready, in this or the previous
         # QuickAdapt period? (No ACKs arrive during a stall, so a stalled
@@ -248,6 +252,7 @@ class Nscc:
             "lost_bytes": 0.0,
             "timeouts": 0.0,
             "mark_revoked": 0.0,
+            "spurious_bytes": 0.0,
         }
 
     # -- helpers ---------------------------------------------------------------
@@ -368,6 +373,7 @@ class Nscc:
         if self.loss_as_mark and not self._fabric_signals:
             if not self._delay_is_mark:
                 self._mark_level = 0.0
+                self._mark_bytes = 0
             self._delay_is_mark = True
             self._mark_level = max(self._mark_level, level)
 
@@ -552,8 +558,24 @@ class Nscc:
             # scheduling delay) says nothing about a queue.
             peak = max((b[1] for b in list(calm)[-2:]), default=0.0)
             self._unmarked_congestion(max(level, peak))
+            if self._delay_is_mark:
+                self._mark_bytes += lost_bytes
         self._quick_adapt(now)
         self._update_pacer()
+
+    def on_spurious_loss(self, *, now: float, lost_bytes: int) -> None:
+        # Deviation 1 stands down when every loss that turned it on (or kept
+        # it on) is acknowledged after all: reordering is no tail-drop buffer
+        # overflowing. (Issue 13: with planes of 4x different RTT, packets
+        # declared lost in the first RTTs, before the slow plane was timed,
+        # turned delay into the mark, and every ACK through the slow plane
+        # then cut the window: 0.89 of capacity instead of 1.00.)
+        self._counts["spurious_bytes"] += lost_bytes
+        if self._delay_is_mark and self._mark_bytes > 0:
+            self._mark_bytes -= lost_bytes
+            if self._mark_bytes <= 0:
+                self._delay_is_mark = False
+                self._counts["mark_revoked"] += 1
 
     def on_timeout(self, *, now: float) -> None:
         self._counts["timeouts"] += 1

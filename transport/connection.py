@@ -13,6 +13,7 @@ chosen by name). This module wires them together and runs the handshake.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from congestion import registry as cc_registry
@@ -531,10 +532,16 @@ class Connection:
         ecn = bool(flags & _ECN_ECHO)
         self.health.on_acked(res.newly_acked, now, ecn_ev=sack.echo_ev if ecn else None,
                              sampled=res.sampled, rtt=res.rtt)
+        spurious = 0
         for p in res.late:
             if p.lost_plane >= 0:
                 self.paths.on_late(p.lost_plane)
                 p.lost_plane = -1
+            if p.cc_lost:
+                spurious += p.length
+                p.cc_lost = False
+        if spurious:
+            self.cc.on_spurious_loss(now=now, lost_bytes=spurious)
         acked = res.acked_bytes
         if acked or ecn:
             self.cc.on_ack(AckSample(
@@ -567,9 +574,15 @@ class Connection:
         queueing = rtt.srtt - rtt.min_rtt
         target = self.cc.target_delay
         if timeout:
+            for p in lost:
+                p.cc_lost = True
             self.cc.on_loss(now=now, lost_bytes=sum(p.length for p in lost))
         elif queueing > max(_CONGESTIVE_QUEUEING * rtt.min_rtt, target):
-            fresh = sum(p.length for p in lost if not self.health.recently_lossy(p.ev))
+            fresh = 0
+            for p in lost:
+                if not self.health.recently_lossy(p.ev):
+                    p.cc_lost = True
+                    fresh += p.length
             if fresh:
                 self.cc.on_loss(now=now, lost_bytes=fresh)
         self.health.on_lost(lost, now, timeout=timeout)
@@ -887,7 +900,15 @@ class Connection:
             if seg is None:
                 break
             p, payload, more = seg
-            ev, k = health.pick_run(now, budget)
+            # What may leave now, so that a run takes only its plane's part.
+            room = budget
+            if in_flight:
+                room = min(room, max(1, int((window - in_flight) // size)))
+            else:
+                room = min(room, max(1, int(window // size)))
+            if tokens < math.inf:
+                room = min(room, max(1, 1 + int((tokens - need) // size)))
+            ev, k = health.pick_run(now, room)
             if ev is None:
                 retx_queue.appendleft(p)
                 break

@@ -105,6 +105,10 @@ class Receiver:
         # PSN range that arrived since the last SACK: spraying scatters it, so
         # one 64-PSN bitmap ending at the last arrival may not cover it.
         self._pend_lo: int | None = None
+        #: ... and its top, with the plane that packet came by: a packet of a
+        #: faster plane can be far above the last arrival (issue 13).
+        self._pend_hi = -1
+        self._pend_hi_plane = 0
         self._ack_deadline: float | None = None
         self._hole_refresh: float | None = None
         self.duplicates = 0
@@ -234,6 +238,9 @@ class Receiver:
         lo = self._pend_lo
         if lo is None or psn < lo:
             self._pend_lo = psn
+        if psn > self._pend_hi:
+            self._pend_hi = psn
+            self._pend_hi_plane = plane
         if self._ack_deadline is None:
             self._ack_deadline = now + self.ack_delay
         # CE marks go back at once so the sender can tell which EV was marked.
@@ -317,7 +324,10 @@ class Receiver:
     def make_sacks(self, now: float, rtt_hint: float, max_extra: int = 3) -> list[AckDue]:
         """SACKs for what arrived since the last one: the last carries the
         triggering packet's echo (EV, timestamp); up to ``max_extra`` more
-        cover older parts of the range that one bitmap cannot reach."""
+        cover older parts of the range that one bitmap cannot reach, and one
+        more the part above the triggering packet's bitmap (a faster plane's
+        packets, which arrived before the trigger), on the plane that part
+        came by."""
         if self._last is None:
             return []
         psn, ev, ts, plane = self._last
@@ -336,6 +346,18 @@ class Receiver:
                     out.append(AckDue(Sack(wire(cum), wire(start), bm, wire(first), 0, 0,
                                            rwnd, 0, plane), plane, False))
                 start += _BITMAP_BITS
+        hi = self._pend_hi
+        if hi >= base + _BITMAP_BITS:
+            # Without this a 4x slower plane's arrivals, each the trigger of a
+            # coalesced SACK, left the other plane's packets unreported for a
+            # whole slow round trip, and the sender called them lost.
+            start = max(hi - (_BITMAP_BITS - 1), base + _BITMAP_BITS)
+            bm = self._bitmap(start)
+            if bm:
+                first = start + ((bm & -bm).bit_length() - 1)
+                up = self._pend_hi_plane
+                out.append(AckDue(Sack(wire(cum), wire(start), bm, wire(first), 0, 0,
+                                       rwnd, 0, up), up, False))
         ce = self._ce_since_ack
         held = int((now - self._last_at) * ACK_DELAY_HZ)
         sack = Sack(wire(cum), wire(base), self._bitmap(base), wire(psn), ev, ts, rwnd,
@@ -345,6 +367,7 @@ class Receiver:
         self._ce_since_ack = 0
         self._ack_deadline = None
         self._pend_lo = None
+        self._pend_hi = -1
         # While holes remain, keep the sender informed even if it goes quiet:
         # a coalescing receiver without this can deadlock a sender on holes.
         self._hole_refresh = now + max(rtt_hint, self.ack_delay) if self._above else None

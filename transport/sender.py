@@ -38,6 +38,9 @@ _U32 = 0xFFFFFFFF
 MAX_TLPS = 4
 #: Packets resent by one tail-loss probe.
 TLP_PACKETS = 2
+#: Resent packets remembered after their acknowledgement, so that the SACK
+#: of an older copy arriving later still shows the loss was spurious.
+RESENT_MEMORY = 256
 
 
 @dataclass(slots=True, eq=False)
@@ -65,6 +68,9 @@ class SentPacket:
     #: The plane the latest loss declaration was charged to (-1: none), so
     #: that a copy acknowledged after all can take it back.
     lost_plane: int = -1
+    #: Was its latest loss reported to the congestion controller (so that a
+    #: copy acknowledged after all can take it back there too)?
+    cc_lost: bool = False
     #: The whole message this segment is a slice of (retransmissions re-read it).
     data: Any = None
 
@@ -168,6 +174,9 @@ class Sender:
         self._echoes: deque[int] = deque(maxlen=16)
         # Declared lost, not yet resent: an ack may still come (reordering).
         self._lost: dict[int, SentPacket] = {}
+        #: Resent packets acknowledged by a SACK that did not name the older
+        #: copy (the latest ``RESENT_MEMORY``): that copy's SACK may still come.
+        self._resent_acked: dict[int, SentPacket] = {}
         # RACK-style reorder window growth after spurious loss declarations.
         self.reorder_extra = 0.0
         self.spurious_losses = 0
@@ -348,10 +357,17 @@ class Sender:
         else:
             del self.inflight[p.psn]
             self.bytes_in_flight -= p.length
-            if (p.transmissions > 1 and echo_ts is not None and echo_ts != p.timestamp
-                    and not p.tlp):
-                self._spurious()  # an older copy arrived: the resend was not needed
-                res.late.append(p)
+            if p.transmissions > 1 and not p.tlp:
+                if echo_ts is not None and echo_ts != p.timestamp:
+                    self._spurious()  # an older copy arrived: the resend was not needed
+                    res.late.append(p)
+                else:
+                    # An older copy may still arrive, and its SACK say so.
+                    resent = self._resent_acked
+                    resent[p.psn] = p
+                    p.data = None  # acknowledged: never read again
+                    if len(resent) > RESENT_MEMORY:
+                        del resent[next(iter(resent))]
         if p.transmissions == 1 and self.reorder_extra:
             self.reorder_extra *= 0.998
         # Only an ack known to be for the latest copy says anything about the
@@ -460,6 +476,18 @@ class Sender:
             self._ack(p, res, sack.echo_ts)
         elif (p := lost.get(ack_psn)) is not None:
             self._ack(p, res, sack.echo_ts, was_lost=True)
+        if self._resent_acked and (q := self._resent_acked.get(ack_psn)) is not None \
+                and sack.echo_ts and sack.echo_ts != q.timestamp:
+            # A resent packet acknowledged already, and now a SACK names an
+            # older copy of it (the receiver repeats its SACK for a
+            # duplicate): that copy arrived after all, so its loss was only
+            # lateness (a slower plane's, a longer queue's; issue 13).
+            # Without this a resend was found out only when the older copy's
+            # SACK came back first. (A SACK naming the latest copy proves
+            # nothing: the older copy's SACK may have been lost instead.)
+            del self._resent_acked[ack_psn]
+            self._spurious()
+            res.late.append(q)
         if cum_psn > self.cum_acked:
             # PSNs below cum_psn: walk the in-flight table only over that range.
             if cum_psn - self.cum_acked <= len(inflight):
