@@ -66,8 +66,9 @@ class ConnectionConfig:
     seed: int = 0
     #: Spray granularity: consecutive new packets sent on one EV (1 = every
     #: packet on the next EV). k > 1 lets the I/O layer hand a run to the
-    #: kernel in one system call (UDP GSO); see docs/benchmarks.md for what
-    #: it costs in load balance.
+    #: kernel in one system call (UDP GSO); a run is also at most the
+    #: burst's size over the planes that are up. See docs/benchmarks.md for
+    #: what it costs in load balance.
     spray_run: int = 1
 
     def __post_init__(self) -> None:
