@@ -321,6 +321,16 @@ class Receiver:
                     bitmap |= 1 << i
         return bitmap
 
+    def _range_sack(self, out: list[AckDue], start: int, cum: int, rwnd: int,
+                    plane: int) -> None:
+        """Append a SACK of the 64 PSNs from ``start`` that echoes nothing (its
+        ACK PSN the lowest of them received), if any was received."""
+        bm = self._bitmap(start)
+        if bm:
+            first = start + ((bm & -bm).bit_length() - 1)
+            out.append(AckDue(Sack(wire(cum), wire(start), bm, wire(first), 0, 0, rwnd, 0,
+                                   plane), plane, False))
+
     def make_sacks(self, now: float, rtt_hint: float, max_extra: int = 3) -> list[AckDue]:
         """SACKs for what arrived since the last one: the last carries the
         triggering packet's echo (EV, timestamp); up to ``max_extra`` more
@@ -340,24 +350,15 @@ class Receiver:
         if lo is not None and lo >= cum:
             start = lo
             while start < base and len(out) < max_extra:
-                bm = self._bitmap(start)
-                if bm:
-                    first = start + ((bm & -bm).bit_length() - 1)
-                    out.append(AckDue(Sack(wire(cum), wire(start), bm, wire(first), 0, 0,
-                                           rwnd, 0, plane), plane, False))
+                self._range_sack(out, start, cum, rwnd, plane)
                 start += _BITMAP_BITS
         hi = self._pend_hi
         if hi >= base + _BITMAP_BITS:
             # Without this a 4x slower plane's arrivals, each the trigger of a
             # coalesced SACK, left the other plane's packets unreported for a
             # whole slow round trip, and the sender called them lost.
-            start = max(hi - (_BITMAP_BITS - 1), base + _BITMAP_BITS)
-            bm = self._bitmap(start)
-            if bm:
-                first = start + ((bm & -bm).bit_length() - 1)
-                up = self._pend_hi_plane
-                out.append(AckDue(Sack(wire(cum), wire(start), bm, wire(first), 0, 0,
-                                       rwnd, 0, up), up, False))
+            self._range_sack(out, max(hi - (_BITMAP_BITS - 1), base + _BITMAP_BITS), cum,
+                             rwnd, self._pend_hi_plane)
         ce = self._ce_since_ack
         held = int((now - self._last_at) * ACK_DELAY_HZ)
         sack = Sack(wire(cum), wire(base), self._bitmap(base), wire(psn), ev, ts, rwnd,
