@@ -66,6 +66,16 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
             assert stack in res["per_stack"], (row, stack)
             assert _numbers(res["per_stack"][stack]) > 0, (row, stack, res["per_stack"][stack])
     assert "braid-taildrop" in data["rows"]["incast"]["per_stack"]
+    # the incast's controls: Braid's senders with the victim over kernel TCP,
+    # and with no victim (what of the verdict is the host's)
+    ctl = data["rows"]["incast"]["controls"]
+    assert set(ctl) == {"braid, victim over tcp", "braid, no victim"}, ctl
+    assert ctl["braid, victim over tcp"]["victim_stack"] == "tcp"
+    assert ctl["braid, victim over tcp"]["victim_ratio"] is not None
+    assert ctl["braid, no victim"]["victim_ratio"] is None
+    assert all(c["bursts"] > 0 for c in ctl.values()), ctl
+    assert {t["run"] for t in data["transfers"] if t["row"] == "incast"} >= {
+        "control: victim over tcp", "control: no victim"}
     # issue 13's fault figures: the link-down failover for every stack, when
     # Braid parked plane 0 (relative to the fault), the stall limit, and the
     # compound fault with CE marks instead of loss on the survivor (eBPF ports)

@@ -154,3 +154,27 @@ def test_asymmetric_verdict_names_a_case_not_run() -> None:
     assert _asym_verdict([0.95, 0.88]) == "NOT met"
     assert _asym_verdict([0.95, 0.91]) == "met"
     assert _asym_verdict([None, None]) == "-"
+
+
+def test_incast_controls_are_tabled_and_named_in_the_targets() -> None:
+    from tools.claims import report
+
+    def run(p100: float, victim: float | None, rtos: int) -> dict[str, object]:
+        return {"bursts": 3, "completion_p50_over_ideal": 1.0,
+                "completion_p100_over_ideal": p100, "ideal_ms": 90.0, "rtos": rtos,
+                "victim_ratio": victim, "complete": True}
+
+    data = {"rows": {"incast": {
+        "senders": 8, "per_stack": {"braid": run(1.5, 0.5, 0)},
+        "controls": {"braid, victim over tcp": run(1.9, 0.97, 0),
+                     "braid, no victim": run(1.14, None, 0)}}}}
+    rows = {r[0]: r for _t, _h, rs in report.tables(data) for r in rs}
+    assert rows["braid, victim over tcp"][6] == "0.97"
+    assert rows["braid, no victim"][3] == "1.14" and rows["braid, no victim"][6] == "-"
+    target = next(t for t in report.targets(data) if t[0].startswith("incast"))
+    # the verdict is Braid's own run's; the controls only say what the host took
+    assert target[-1] == "NOT met"
+    assert "victim over kernel TCP 0.97" in target[2] and "no victim 1.14x, 0 RTOs" in target[2]
+    del data["rows"]["incast"]["controls"]  # a sitting from before the controls
+    target = next(t for t in report.targets(data) if t[0].startswith("incast"))
+    assert "controls" not in target[2]

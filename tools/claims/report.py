@@ -48,6 +48,20 @@ def _get(d: Any, *keys: str) -> Any:
     return d
 
 
+def _incast_controls(ctl: dict[str, Any]) -> str:
+    """The control runs' figures for the targets table: what of the verdict
+    is the host's (the victim over kernel TCP; the incast with no victim)."""
+    parts = []
+    vt = ctl.get("braid, victim over tcp")
+    if vt:
+        parts.append(f"victim over kernel TCP {_f(vt.get('victim_ratio'))}")
+    nv = ctl.get("braid, no victim")
+    if nv:
+        parts.append(f"no victim {_f(nv.get('completion_p100_over_ideal'))}x, "
+                     f"{nv.get('rtos')} RTOs")
+    return "; Braid controls: " + ", ".join(parts) if parts else ""
+
+
 def _asym_verdict(vals: list[float | None]) -> str:
     """Half rate and 4x latency: a case not run (the eBPF ports have no
     propagation delay) is named, not taken for a failure."""
@@ -119,7 +133,8 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
                     f"{_f(c)}x, {r} RTOs, victim {_f(v)}",
                     f"tail-drop {_f(_get(ic, 'braid-taildrop', 'completion_p100_over_ideal'))}x"
                     f"; tcp {_f(_get(ic, 'tcp', 'completion_p100_over_ideal'))}x; mptcp "
-                    f"{_f(_get(ic, 'mptcp', 'completion_p100_over_ideal'))}x",
+                    f"{_f(_get(ic, 'mptcp', 'completion_p100_over_ideal'))}x"
+                    + _incast_controls(_get(R, "incast", "controls") or {}),
                     _met(None if c is None or v is None else c <= 1.2 and r == 0 and v >= 0.8)])
     asy = _get(R, "asymmetric", "per_stack") or {}
     if "braid" in asy:
@@ -259,8 +274,10 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
         rows = [[k, str(v["bursts"]), _f(v["completion_p50_over_ideal"]),
                  _f(v["completion_p100_over_ideal"]), _f(v["ideal_ms"], 1), str(v["rtos"]),
                  _f(v["victim_ratio"]), _f(v["complete"])]
-                for k, v in R["incast"]["per_stack"].items()]
-        out.append((f"incast {R['incast']['senders']}->1 with a victim flow",
+                for k, v in [*R["incast"]["per_stack"].items(),
+                             *(R["incast"].get("controls") or {}).items()]]
+        out.append((f"incast {R['incast']['senders']}->1 with a victim flow (controls: "
+                    "Braid's incast with the victim over kernel TCP, and with no victim)",
                     ["stack", "bursts", "p50/ideal", "p100/ideal", "ideal ms", "RTOs",
                      "victim goodput ratio", "byte-exact"], rows))
     if "fairness" in R and "per_stack" in R["fairness"]:

@@ -547,9 +547,134 @@ def _to_ms(x: float | None) -> float | None:
     return None if x is None else x * 1000
 
 
+def _incast_specs(stack: str, group: list[int], size: int, dur: float
+                  ) -> dict[int, dict[str, Any]]:
+    specs: dict[int, dict[str, Any]] = {}
+    for h in group:
+        peers = [j for j in group if j != h] if h == group[0] else [group[0]]
+        specs[h] = {"pattern": "incast", "group": group, "size": size,
+                    "stop_after": dur, "grace": 10.0,
+                    "connect": ([[j, 0] for j in peers] if stack.startswith("braid")
+                                else [[j, pair_plane(h, j)] for j in peers if j > h]),
+                    "accept": [] if stack.startswith("braid")
+                    else [j for j in peers if j < h]}
+    return specs
+
+
+def _victim_specs(ctx: Ctx, stack: str, victim: tuple[int, int], dur: float
+                  ) -> dict[int, dict[str, Any]]:
+    """The victim stream's two ends, on ``stack`` whatever the run's stack
+    (a worker's spec may name its own)."""
+    common = {"stack": _stack_name(stack), "pattern": "stream", "duration": dur, "msg": MSG,
+              "grace": ctx.q(3.0, GRACE), "inflight": INFLIGHT}
+    return {victim[0]: {**common, "out": [{"to": victim[1], "start": 0.0, "stop": dur}],
+                        "connect": [[victim[1], pair_plane(*victim)]], "accept": []},
+            victim[1]: {**common, "out": [], "connect": [], "accept": [victim[0]]}}
+
+
+def _incast_run(ctx: Ctx, stack: str, label: str, senders: list[int], size: int, dur: float,
+                victim: tuple[int, int], victim_stack: str | None,
+                victim_alone: int | None) -> dict[str, Any]:
+    """One incast run (``stack``'s senders -> h0), with the victim stream on
+    ``victim_stack`` alongside (None: no victim). ``victim_alone``: the
+    victim's bytes in the counted bins when it ran alone."""
+    specs = _incast_specs(stack, [0, *senders], size, dur)
+    if victim_stack is not None:
+        specs.update(_victim_specs(ctx, victim_stack, victim, dur))
+    if stack == "braid-taildrop":
+        links = [lk.name for lk in ctx.fab.tb.topo.links]
+        ctx.fab.set_links(links, "both", {"trim": None})
+    try:
+        ports0, cpu0, t0 = _port_counts(ctx), _daemon_cpu(ctx), time.monotonic()
+        res = ctx.fab.run(_stack_name(stack), specs, None, timeout=dur + 70)
+        ports = _port_delta(ports0, _port_counts(ctx))
+        wall = time.monotonic() - t0
+        cpu = {h: round((c - cpu0.get(h, 0.0)) / wall, 3)
+               for h, c in _daemon_cpu(ctx).items()}
+    finally:
+        if stack == "braid-taildrop":
+            ctx.fab.heal_all()
+    ok = _record(ctx, "incast", stack, label, res)
+    st = _steps(res, [0])
+    ideal = len(senders) * size * 8 / plane_cap_bps(stack, cf.PLANES)
+    first, end = 30, int(dur / m.BIN_S)
+    v1 = sum(_bins(res, victim[1])[first:end]) if victim_stack is not None else None
+    ph = m.burst_phases(res.get(0, {}).get("done", []),
+                        {h: res[h].get("starts", []) for h in senders if h in res},
+                        next((r["go"] for r in res.values() if r.get("go")), 0.0))
+    braid = stack.startswith("braid")
+    vbraid = victim_stack is not None and victim_stack.startswith("braid")
+    return {"bursts": len(st), "completion_p50_over_ideal":
+            (m.percentile(st, 50) or 0) / ideal if st else None,
+            "completion_p100_over_ideal": (m.percentile(st, 100) or 0) / ideal
+            if st else None, "ideal_ms": ideal * 1000,
+            "rtos": _rtos(stack, res, senders),
+            "victim_stack": victim_stack,
+            "victim_ratio": v1 / victim_alone if v1 is not None and victim_alone else None,
+            "complete": ok,
+            # The step time split at the first sender's start (see
+            # metrics.burst_phases): the data phase is what the
+            # transport controls; the release is the application's
+            # turnaround, the same for every stack.
+            "data_p50_over_ideal": _ratio(m.percentile(ph["data"], 50), ideal),
+            "data_p100_over_ideal": _ratio(m.percentile(ph["data"], 100), ideal),
+            "release_p50_ms": _to_ms(m.percentile(ph["release"], 50)),
+            "release_p100_ms": _to_ms(m.percentile(ph["release"], 100)),
+            "start_spread_p100_ms": _to_ms(m.percentile(ph["spread"], 100)),
+            "bursts_ms": [round(x * 1000, 2) for x in st],
+            "data_ms": [round(x * 1000, 2) for x in ph["data"]],
+            "release_ms": [round(x * 1000, 2) for x in ph["release"]],
+            "senders": {k: _braid_stat(res, k, senders) for k in
+                        ("packets_sent", "nacks_received", "retransmissions",
+                         "lost_by_rto", "probes_sent", "spurious_losses", "cc_md",
+                         "cc_quick_adapt", "cc_delay_is_mark")}
+            if braid else None,
+            "victim": {k: _braid_stat(res, k, [victim[0]]) for k in
+                       ("packets_sent", "nacks_received", "retransmissions",
+                        "lost_by_rto", "rtos", "spurious_losses", "cc_md",
+                        "cc_quick_adapt", "cc_delay_is_mark", "cc_fair_inc",
+                        "cc_proportional_inc")}
+            if vbraid else None,
+            # Switch-port counters over the run (trims, drops, ECN marks)
+            # by port, e.g. 'h0:p1/down' (the last hop into h0).
+            "ports": ports,
+            # Braid daemons' CPU (user + system seconds per wall second of
+            # the run, set-up included): 1.0 is a whole core, the machine has 2.
+            "daemon_cpu": {f"h{h}": c for h, c in cpu.items() if c >= 0.01}
+            if braid or vbraid else None}
+
+
+def _victim_alone(ctx: Ctx, stack: str, victim: tuple[int, int], dur: float) -> int:
+    ctx.say(f"  incast/{stack}: victim alone, h{victim[0]} -> h{victim[1]}")
+    alone = stream(ctx, stack, [(victim[0], victim[1], 0.0, dur, None)], dur)
+    _record(ctx, "incast", stack, "victim_alone", alone)
+    return sum(_bins(alone, victim[1])[30:int(dur / m.BIN_S)])
+
+
+def _say_incast(ctx: Ctx, label: str, r: dict[str, Any]) -> None:
+    ctx.say(f"  incast/{label}: completion p50/p100 over ideal "
+            f"{_fmt(r['completion_p50_over_ideal'])}/"
+            f"{_fmt(r['completion_p100_over_ideal'])} (data phase "
+            f"{_fmt(r['data_p50_over_ideal'])}/"
+            f"{_fmt(r['data_p100_over_ideal'])}, release p50/p100 "
+            f"{_fmt(r['release_p50_ms'])}/{_fmt(r['release_p100_ms'])} ms), "
+            f"RTOs {r['rtos']}, victim {_fmt(r['victim_ratio'])}")
+
+
+#: The incast row's control runs (Braid's senders with trimming), keyed as
+#: in the JSON's ``controls``: the victim's stack (None: no victim).
+INCAST_CONTROLS = {"victim over tcp": "tcp", "no victim": None}
+
+
 def incast(ctx: Ctx) -> dict[str, Any]:
     """N senders -> h0 in synchronised bursts, with a victim flow into h1
-    (same leaf); Braid with trimming and with tail-drop."""
+    (same leaf); Braid with trimming and with tail-drop.
+
+    Two control runs of Braid's incast tell the host from the network (the
+    Braid victim shares two cores with the senders' daemons): the victim over
+    kernel TCP (what Braid's incast does to a neighbour's packets, at little
+    CPU), and no victim at all (the incast without the victim's two busy
+    daemons)."""
     n = ctx.fab.n_hosts
     senders = list(range(2, n - 1))
     victim = (n - 1, 1)
@@ -561,100 +686,29 @@ def incast(ctx: Ctx) -> dict[str, Any]:
     dur = ctx.q(1.5, 4.0)
     stacks = [s for st in ctx.stacks for s in ((st, "braid-taildrop") if st == "braid" else (st,))]
     per: dict[str, Any] = {}
+    controls: dict[str, Any] = {}
+    alone: dict[str, int] = {}
     recv_cap = plane_cap_bps("tcp", cf.PLANES)
     for stack in stacks:
-        eff_cap = plane_cap_bps(stack, cf.PLANES)
-        ctx.say(f"  incast/{stack}: victim alone, h{victim[0]} -> h{victim[1]}")
-        alone = stream(ctx, stack, [(victim[0], victim[1], 0.0, dur, None)], dur)
-        _record(ctx, "incast", stack, "victim_alone", alone)
-        first, end = 30, int(dur / m.BIN_S)
-        v0 = sum(_bins(alone, victim[1])[first:end])
-        if stack == "braid-taildrop":
-            links = [lk.name for lk in ctx.fab.tb.topo.links]
-            ctx.fab.set_links(links, "both", {"trim": None})
-        try:
-            ctx.say(f"  incast/{stack}: {len(senders)} -> 1, {size >> 10} KiB each per burst, "
-                    f"victim flow alongside")
-            specs_stream = {victim[0]: {"pattern": "stream", "duration": dur, "msg": MSG,
-                                        "out": [{"to": victim[1], "start": 0.0, "stop": dur}],
-                                        "connect": [[victim[1], pair_plane(*victim)]],
-                                        "accept": [], "grace": ctx.q(3.0, GRACE),
-                                        "inflight": INFLIGHT},
-                            victim[1]: {"pattern": "stream", "duration": dur, "msg": MSG,
-                                        "out": [], "connect": [], "accept": [victim[0]],
-                                        "grace": ctx.q(3.0, GRACE), "inflight": INFLIGHT}}
-            group = [0, *senders]
-            specs = {}
-            for h in group:
-                peers = [j for j in group if j != h] if h == 0 else [0]
-                specs[h] = {"pattern": "incast", "group": group, "size": size,
-                            "stop_after": dur, "grace": 10.0,
-                            "connect": ([[j, 0] for j in peers] if stack.startswith("braid")
-                                        else [[j, pair_plane(h, j)] for j in peers if j > h]),
-                            "accept": [] if stack.startswith("braid")
-                            else [j for j in peers if j < h]}
-            specs.update(specs_stream)
-            ports0, cpu0, t0 = _port_counts(ctx), _daemon_cpu(ctx), time.monotonic()
-            res = ctx.fab.run(_stack_name(stack), specs, None, timeout=dur + 70)
-            ports = _port_delta(ports0, _port_counts(ctx))
-            wall = time.monotonic() - t0
-            cpu = {h: round((c - cpu0.get(h, 0.0)) / wall, 3)
-                   for h, c in _daemon_cpu(ctx).items()}
-        finally:
-            if stack == "braid-taildrop":
-                ctx.fab.heal_all()
-        ok = _record(ctx, "incast", stack, "incast", res)
-        st = _steps(res, [0])
-        ideal = len(senders) * size * 8 / eff_cap
-        v1 = sum(_bins(res, victim[1])[first:end])
-        ph = m.burst_phases(res.get(0, {}).get("done", []),
-                            {h: res[h].get("starts", []) for h in senders if h in res},
-                            next((r["go"] for r in res.values() if r.get("go")), 0.0))
-        per[stack] = {"bursts": len(st), "completion_p50_over_ideal":
-                      (m.percentile(st, 50) or 0) / ideal if st else None,
-                      "completion_p100_over_ideal": (m.percentile(st, 100) or 0) / ideal
-                      if st else None, "ideal_ms": ideal * 1000,
-                      "rtos": _rtos(stack, res, senders),
-                      "victim_ratio": v1 / v0 if v0 else None, "complete": ok,
-                      # The step time split at the first sender's start (see
-                      # metrics.burst_phases): the data phase is what the
-                      # transport controls; the release is the application's
-                      # turnaround, the same for every stack.
-                      "data_p50_over_ideal": _ratio(m.percentile(ph["data"], 50), ideal),
-                      "data_p100_over_ideal": _ratio(m.percentile(ph["data"], 100), ideal),
-                      "release_p50_ms": _to_ms(m.percentile(ph["release"], 50)),
-                      "release_p100_ms": _to_ms(m.percentile(ph["release"], 100)),
-                      "start_spread_p100_ms": _to_ms(m.percentile(ph["spread"], 100)),
-                      "bursts_ms": [round(x * 1000, 2) for x in st],
-                      "data_ms": [round(x * 1000, 2) for x in ph["data"]],
-                      "release_ms": [round(x * 1000, 2) for x in ph["release"]],
-                      "senders": {k: _braid_stat(res, k, senders) for k in
-                                  ("packets_sent", "nacks_received", "retransmissions",
-                                   "lost_by_rto", "probes_sent", "spurious_losses", "cc_md",
-                                   "cc_quick_adapt", "cc_delay_is_mark")}
-                      if stack.startswith("braid") else None,
-                      "victim": {k: _braid_stat(res, k, [victim[0]]) for k in
-                                 ("packets_sent", "nacks_received", "retransmissions",
-                                  "lost_by_rto", "rtos", "spurious_losses", "cc_md",
-                                  "cc_quick_adapt", "cc_delay_is_mark", "cc_fair_inc",
-                                  "cc_proportional_inc")}
-                      if stack.startswith("braid") else None,
-                      # Switch-port counters over the run (trims, drops, ECN marks)
-                      # by port, e.g. 'h0:p1/down' (the last hop into h0).
-                      "ports": ports,
-                      # Braid daemons' CPU (user + system seconds per wall second of
-                      # the run, set-up included): 1.0 is a whole core, the machine has 2.
-                      "daemon_cpu": {f"h{h}": c for h, c in cpu.items() if c >= 0.01}
-                      if stack.startswith("braid") else None}
-        ctx.say(f"  incast/{stack}: completion p50/p100 over ideal "
-                f"{_fmt(per[stack]['completion_p50_over_ideal'])}/"
-                f"{_fmt(per[stack]['completion_p100_over_ideal'])} (data phase "
-                f"{_fmt(per[stack]['data_p50_over_ideal'])}/"
-                f"{_fmt(per[stack]['data_p100_over_ideal'])}, release p50/p100 "
-                f"{_fmt(per[stack]['release_p50_ms'])}/{_fmt(per[stack]['release_p100_ms'])} ms), "
-                f"RTOs {per[stack]['rtos']}, victim {_fmt(per[stack]['victim_ratio'])}")
+        alone[stack] = _victim_alone(ctx, stack, victim, dur)
+        ctx.say(f"  incast/{stack}: {len(senders)} -> 1, {size >> 10} KiB each per burst, "
+                f"victim flow alongside")
+        per[stack] = _incast_run(ctx, stack, "incast", senders, size, dur, victim, stack,
+                                 alone[stack])
+        _say_incast(ctx, stack, per[stack])
+        if stack != "braid":
+            continue
+        for name, vstack in INCAST_CONTROLS.items():
+            if vstack is not None and vstack not in alone:
+                alone[vstack] = _victim_alone(ctx, vstack, victim, dur)
+            ctx.say(f"  incast/braid, control: {name}")
+            controls[f"braid, {name}"] = _incast_run(
+                ctx, stack, f"control: {name}", senders, size, dur, victim, vstack,
+                None if vstack is None else alone[vstack])
+            _say_incast(ctx, f"braid, {name}", controls[f"braid, {name}"])
     return {"senders": len(senders), "size": size, "duration": dur,
-            "receiver_capacity_mbps": recv_cap / 1e6, "per_stack": per}
+            "receiver_capacity_mbps": recv_cap / 1e6, "per_stack": per,
+            "controls": controls}
 
 
 def fairness(ctx: Ctx) -> dict[str, Any]:
