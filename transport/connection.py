@@ -894,6 +894,28 @@ class Connection:
                 sizes.append(n)
                 tokens -= n
                 budget -= 1
+                if p.twin and budget > 0:
+                    # Lost after a resend already: a second copy on another
+                    # EV, same timestamp (sender.TWIN_AFTER_LOSSES).
+                    ev2 = health.pick(now, ev, s.rtt.srtt)
+                    if ev2 is not None and ev2 is not ev:
+                        key2 = (ev2.plane << 16) | ev2.value
+                        path2 = tx_paths.get((key2 << 8) | dscp)
+                        if path2 is None:
+                            path2 = tx_paths[(key2 << 8) | dscp] = TxPath(ev2.plane, ev2.value,
+                                                                          dscp)
+                        append((seal_data(
+                            psn=p.psn & 0xFFFFFFFF, ev=ev2.value, plane=ev2.plane,
+                            msg_id=p.msg_id, msg_offset=p.offset, msg_len=p.msg_len,
+                            timestamp=ts, payload=payload, flags=flags,
+                        ), path2))
+                        health.on_sent(ev2, now)
+                        s.twin_resends += 1
+                        s.retransmissions += 1
+                        s.packets_sent += 1
+                        sizes.append(n)
+                        tokens -= n
+                        budget -= 1
                 continue
             # New data: a run of up to k packets on the EV the policy picks once.
             seg = next_new()
@@ -973,6 +995,7 @@ class Connection:
             "retransmissions": s.retransmissions,
             "lost_by_ev_order": s.lost_by_ev_order,
             "lost_by_time": s.lost_by_time,
+            "twin_resends": s.twin_resends,
             "lost_by_rto": s.lost_by_rto,
             "rtos": s.rto_events,
             "nacks_received": s.nacks,

@@ -187,6 +187,11 @@ class _Plane:
     #: independent fabrics: one 4x slower than the others must not look
     #: silent by the connection's (mixed) RTT (issue 13).
     srtt: float | None = None
+    #: The connection's smoothed RTT when the plane was last heard from: the
+    #: RTT it had when (if) the plane went silent. A park logs it, since
+    #: the connection's srtt moves during the silence (a fault that also
+    #: hurts the survivor drains its queue: issue 13's compound row).
+    heard_srtt: float = 0.0
 
 
 class EvSet:
@@ -277,11 +282,13 @@ class EvSet:
         #: first (bounded): what benchmarks measure liveness with.
         self.park_log: list[tuple[float, int, float]] = []
         #: Every park and unpark as (time, plane, "parked" | "up", smoothed
-        #: RTT then, cause), the newest 256: what the daemon's stats
-        #: report, so a benchmark can tell *when* a plane was parked. Causes:
-        #: "silence" / "bad_evs" (the evidence rules), "local" (the host's own
-        #: send failed: no route, link down), "probe" (a probe was answered).
-        self.plane_log: deque[tuple[float, int, str, float, str]] = deque(maxlen=256)
+        #: RTT then, cause, smoothed RTT when the plane was last heard from),
+        #: the newest 256: what the daemon's stats report, so a benchmark can
+        #: tell *when* a plane was parked, in RTTs of the moment it went
+        #: silent. Causes: "silence" / "bad_evs" (the evidence rules),
+        #: "local" (the host's own send failed: no route, link down), "probe"
+        #: (a probe was answered).
+        self.plane_log: deque[tuple[float, int, str, float, str, float]] = deque(maxlen=256)
         #: The connection's smoothed RTT (``set_rtt``; base_rtt until then).
         self.srtt = base_rtt
         self._ack_delay = 0.0
@@ -398,6 +405,7 @@ class EvSet:
         ``sent`` (None: unknown, taken as ``now``)."""
         plane = self._planes[ev.plane]
         plane.last_heard = now
+        plane.heard_srtt = self.srtt
         if plane.lossy:
             plane.lossy.clear()
         sent = now if sent is None else sent
@@ -665,15 +673,16 @@ class EvSet:
         self._park(pl, now, "local")
         return True
 
-    def _log_plane(self, now: float, plane: int, what: str, cause: str) -> None:
-        self.plane_log.append((now, plane, what, self.srtt, cause))
+    def _log_plane(self, now: float, plane: _Plane, what: str, cause: str) -> None:
+        self.plane_log.append((now, plane.index, what, self.srtt, cause,
+                               plane.heard_srtt or self.srtt))
 
     def _park(self, plane: _Plane, now: float, cause: str = "silence") -> None:
         plane.state = PlaneState.PARKED
         plane.parks += 1
         if len(self.park_log) < 4096:
             self.park_log.append((now, plane.index, self.srtt))
-        self._log_plane(now, plane.index, "parked", cause)
+        self._log_plane(now, plane, "parked", cause)
         plane.parked_at = now
         plane.liveness_probes_due = 0
         plane.liveness_probe_at = None
@@ -707,7 +716,7 @@ class EvSet:
 
     def _unpark(self, plane: _Plane, now: float) -> None:
         plane.state = PlaneState.UP
-        self._log_plane(now, plane.index, "up", "probe")
+        self._log_plane(now, plane, "up", "probe")
         plane.last_heard = now
         # Sends before the park were answered or lost: start afresh.
         plane.answered_sent = now

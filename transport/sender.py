@@ -17,7 +17,11 @@ spraying — aioquic #42, quinn #2711):
 - a trimmed-header NACK retransmits at once.
 Retransmissions keep their PSN (the receiver's cumulative PSN must be able to
 advance) but are sealed under a fresh counter and carry a fresh timestamp,
-which the SACK echoes, so RTT samples are never ambiguous.
+which the SACK echoes, so RTT samples are never ambiguous. A packet the loss
+rules declare lost a second time (its resend was lost too) is resent as two
+copies on two EVs with one timestamp (``TWIN_AFTER_LOSSES``): on a path that
+loses at random the worst packet otherwise takes a loss-detection delay per
+loss and holds its message; the ack of a twin says when, not which path.
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ _U32 = 0xFFFFFFFF
 MAX_TLPS = 4
 #: Packets resent by one tail-loss probe.
 TLP_PACKETS = 2
+#: A packet declared lost this many times (its resend was lost too) is resent
+#: as two copies on two EVs: on a path that loses at random, the worst packet
+#: of a run is otherwise lost again and again, a loss-detection delay each
+#: time, and holds its message (issue 13's compound row: 30% loss, one
+#: packet sent 9 times over 46 ms). Two copies make a further loss the square
+#: of the path's loss rate; they cost (loss rate)^2 of the traffic.
+TWIN_AFTER_LOSSES = 2
 #: Resent packets remembered after their acknowledgement, so that the SACK
 #: of an older copy arriving later still shows the loss was spurious.
 RESENT_MEMORY = 256
@@ -71,6 +82,12 @@ class SentPacket:
     #: Was its latest loss reported to the congestion controller (so that a
     #: copy acknowledged after all can take it back there too)?
     cc_lost: bool = False
+    #: Times declared lost by the loss rules (not counting tail-loss probes).
+    losses: int = 0
+    #: Its latest resend went out as two copies on two EVs with one
+    #: timestamp (``TWIN_AFTER_LOSSES``): an ack does not say which EV, or
+    #: which plane, carried the copy that arrived.
+    twin: bool = False
     #: The whole message this segment is a slice of (retransmissions re-read it).
     data: Any = None
 
@@ -190,6 +207,8 @@ class Sender:
         self.lost_unreachable = 0
         self.rto_events = 0
         self.tlp_probes = 0
+        #: Resends that went out as two copies (``TWIN_AFTER_LOSSES``).
+        self.twin_resends = 0
         self._tlps = 0
         self.nacks = 0
         self.bytes_acked = 0
@@ -373,7 +392,9 @@ class Sender:
         # Only an ack known to be for the latest copy says anything about the
         # EV it used and about send order; an older copy arriving late would
         # otherwise declare everything sent before the retransmission lost.
-        exact = p.transmissions == 1 or echo_ts == p.timestamp
+        # A twin's copies share one timestamp but not their EV: the ack is
+        # exact about the send time (the RTT), not about the path.
+        exact = (p.transmissions == 1 or echo_ts == p.timestamp) and not p.twin
         p.ack_exact = exact
         self.bytes_acked += p.length
         res.acked_bytes += p.length
@@ -525,10 +546,10 @@ class Sender:
                 rtt = self._held_out(rtt, sack.ack_delay)
             if 0 < rtt < 60:
                 self.rtt.update(rtt)
-                key = (sampled.ev.plane << 16) | sampled.ev.value if sampled.ev else -1
-                old = self.ev_rtt.get(key)
-                self.ev_rtt[key] = rtt if old is None else 0.75 * old + 0.25 * rtt
-                if sampled.ev:
+                if sampled.ev and not sampled.twin:  # a twin's path is not known
+                    key = (sampled.ev.plane << 16) | sampled.ev.value
+                    old = self.ev_rtt.get(key)
+                    self.ev_rtt[key] = rtt if old is None else 0.75 * old + 0.25 * rtt
                     self._plane_sample(res, sampled.ev.plane, rtt)
                     self._echoes.append(sack.echo_ts)
                 res.rtt = rtt
@@ -577,6 +598,8 @@ class Sender:
                 lost.append(p)
         for p in lost:
             self._mark_lost(p)
+            p.losses += 1
+            p.twin = p.losses >= TWIN_AFTER_LOSSES
         return lost
 
     def loss_timer(self) -> float | None:

@@ -133,6 +133,13 @@ def test_plane_events_time_the_park_from_the_fault() -> None:
     # a park while the fault's step was still running counts as 0 ms
     assert plane_events(res, (1.005, 1.010))["parked_after_ms"] == 0.0
     assert plane_events(res, (1.6, 1.6))["parked_after_ms"] is None  # never parked after
+    # a daemon that logs the srtt of the moment the plane went silent (the
+    # sixth field): the park counts in those srtts, and in the park's too
+    log[3] = [go + 1.008, 0, "parked", 0.002, "silence", 0.0015]
+    pe = plane_events(res, (1.0, 1.002))
+    assert pe["parked_after_srtt"] == pytest.approx(4.0)
+    assert pe["parked_after_srtt_at_park"] == pytest.approx(3.0)
+    assert pe["srtt_silent_ms"] == pytest.approx(1.5)
 
 
 def test_burst_phases_split_each_step_at_the_first_senders_start() -> None:
@@ -178,3 +185,24 @@ def test_incast_controls_are_tabled_and_named_in_the_targets() -> None:
     del data["rows"]["incast"]["controls"]  # a sitting from before the controls
     target = next(t for t in report.targets(data) if t[0].startswith("incast"))
     assert "controls" not in target[2]
+
+
+def test_longest_pause_is_timed_to_the_arrival_not_the_bin() -> None:
+    arr = [0.990, 0.996, 1.002, 1.0141, 1.020, 1.026]
+    # from the last arrival at or before the fault (0.996) on: 1.002 -> 1.0141
+    lp = m.longest_pause(arr, 1.0, 1.03)
+    assert lp is not None
+    assert lp[0] == pytest.approx(0.0121) and lp[1] == pytest.approx(1.002)
+    # a pause still open at the end counts up to the end
+    lp = m.longest_pause(arr, 1.0, 1.05)
+    assert lp is not None and lp[0] == pytest.approx(0.024) and lp[1] == pytest.approx(1.026)
+    # nothing before the fault: the pause starts at the fault
+    lp = m.longest_pause([1.02, 1.025], 1.0, 1.03)
+    assert lp is not None and lp[0] == pytest.approx(0.02) and lp[1] == pytest.approx(1.0)
+    assert m.longest_pause(arr, 1.03, 1.05) is None  # nothing arrived after it
+    # the same pause in 10 ms bins: bin [1.0, 1.01) holds 1.002, [1.01, 1.02) 1.0141:
+    # no empty bin at all, though the stream paused 12.1 ms
+    bins = [0] * 110
+    for t in arr:
+        bins[int(t / m.BIN_S)] += 1
+    assert m.gaps(bins, 100, 103) == (0, 0)

@@ -195,6 +195,28 @@ def test_plane_parked_after_silence_with_losses_on_distinct_evs() -> None:
     assert snap["planes"][2]["state"] == "parked" and snap["planes"][2]["parks"] == 1
 
 
+def test_a_park_logs_the_srtt_of_the_moment_the_plane_went_silent() -> None:
+    # Issue 13's compound fault: the survivor's loss drains its queue, so the
+    # connection's srtt falls while the dead plane is silent. The park logs
+    # the srtt at the park and the one of the plane's last answer.
+    p = SprayPolicy(base_rtt=RTT, plane_loss_evs=4)
+    es = p.ev_set
+    es.set_rtt(2e-3)
+    plane2 = [ev for ev in p.evs if ev.plane == 2]
+    p.on_ack(plane2[10], 1.0, ecn=False, rtt=2e-3)  # last heard, at an srtt of 2 ms
+    es.set_rtt(0.5e-3)  # the survivor's samples
+    for i in range(4):
+        p.on_loss(plane2[i], 1.0005)
+    for k in range(1, 40):
+        p.due_probes(1.0 + k * 0.5e-3)
+        if p.parked_planes():
+            break
+    assert p.parked_planes() == [2]
+    _t, plane, what, srtt, cause, silent = es.plane_log[-1]
+    assert (plane, what, cause) == (2, "parked", "silence")
+    assert srtt == pytest.approx(0.5e-3) and silent == pytest.approx(2e-3)
+
+
 def test_acks_from_a_plane_keep_it_up() -> None:
     p = SprayPolicy(base_rtt=RTT, plane_loss_evs=4)
     plane1 = [ev for ev in p.evs if ev.plane == 1]

@@ -8,6 +8,7 @@ summary carries the maximum next to the median.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 
@@ -77,6 +78,30 @@ def gaps(bins: Sequence[int], lo: int, hi: int) -> tuple[int, int]:
         else:
             run = 0
     return longest, empty
+
+
+def longest_pause(arrivals: Sequence[float], start: float, end: float
+                  ) -> tuple[float, float] | None:
+    """(longest time without a message arrival, when it began) from the last
+    arrival at or before ``start`` (or ``start`` itself) until ``end``; a
+    pause still open at ``end`` counts up to ``end``. Millisecond-exact where
+    10 ms bins only say "one bin" (issue 13's compound stall limit is ~10 ms).
+    None without any arrival after ``start``."""
+    xs = sorted(arrivals)
+    i = bisect.bisect_right(xs, start)
+    if i >= len(xs) or xs[i] > end:
+        return None
+    prev = xs[i - 1] if i > 0 else start
+    best, at = 0.0, prev
+    for t in xs[i:]:
+        if t > end:
+            break
+        if t - prev > best:
+            best, at = t - prev, prev
+        prev = t
+    if end - prev > best:
+        best, at = end - prev, prev
+    return best, at
 
 
 def settle_bins(bins: Sequence[int], start: int, end: int, window_target: float

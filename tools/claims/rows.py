@@ -12,6 +12,7 @@ frame (Braid 1368 of 1494 bytes on IPv4; TCP 1448 of 1514).
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import time
@@ -244,20 +245,27 @@ def plane_events(res: dict[int, dict[str, Any]], fault: tuple[float, float], pla
                  sender: int = 0) -> dict[str, Any]:
     """When Braid parked (and unparked) planes during a run, relative to the
     fault (from each connection's ``plane_log`` in the daemon's stats), and
-    the sending host's first park of ``plane`` after the fault: in ms and in
-    the connection's smoothed RTTs at that moment. ``fault`` is (start, end)
-    of the fault's step; times count from its end, a park during the step
-    counts as 0 ms."""
+    the sending host's first park of ``plane`` after the fault: in ms, in
+    the connection's smoothed RTTs of the moment the plane went silent (when
+    it was last heard from: the target's "within 5 srtt of going silent"),
+    and in those at the park (the srtt moves during the silence: a fault
+    that also hurts the survivor drains its queue). ``fault`` is (start,
+    end) of the fault's step; times count from its end, a park during the
+    step counts as 0 ms."""
     t_start, t_fault = fault
     go = next((r["go"] for r in res.values() if r.get("go")), 0.0)
     events = []
     for h, r in sorted(res.items()):
         for c in r.get("conns", []):
-            for t, p, what, srtt, cause in c.get("plane_log") or []:
+            for e in c.get("plane_log") or []:
+                t, p, what, srtt, cause = e[:5]
+                # A daemon from before the sixth field: the srtt at the park.
+                silent = e[5] if len(e) > 5 else srtt
                 events.append({"host": f"h{h}", "peer": c.get("peer"), "plane": p,
                                "what": what, "cause": cause,
                                "after_fault_ms": round((t - go - t_fault) * 1000, 2),
-                               "srtt_ms": round(srtt * 1000, 3)})
+                               "srtt_ms": round(srtt * 1000, 3),
+                               "srtt_silent_ms": round(silent * 1000, 3)})
     events.sort(key=lambda e: e["after_fault_ms"])
     step_ms = (t_fault - t_start) * 1000
     first = next((e for e in events if e["host"] == f"h{sender}" and e["plane"] == plane
@@ -267,8 +275,11 @@ def plane_events(res: dict[int, dict[str, Any]], fault: tuple[float, float], pla
              if isinstance(c.get("probe_interval"), int | float)]
     return {"events": events[:32], "fault_step_ms": round(step_ms, 2),
             "parked_after_ms": after,
-            "parked_after_srtt": after / first["srtt_ms"]
+            "parked_after_srtt": after / first["srtt_silent_ms"]
+            if first and after is not None and first["srtt_silent_ms"] else None,
+            "parked_after_srtt_at_park": after / first["srtt_ms"]
             if first and after is not None and first["srtt_ms"] else None,
+            "srtt_silent_ms": first["srtt_silent_ms"] if first else None,
             "parked_cause": first["cause"] if first else None,
             "probe_interval_ms": max(probe) * 1000 if probe else None,
             "unreachable_sends": sum(int(c.get("unreachable_sends") or 0)
@@ -460,8 +471,21 @@ def _compound_run(ctx: Ctx, stack: str, label: str, faults: list[tuple[float, st
     fb = int(t_fault / m.BIN_S)
     longest, empty = m.gaps(bins, fb, end)
     after = sum(bins[fb:end]) * 8 / (max(1, end - fb) * m.BIN_S)
+    # The stall at millisecond resolution: the longest pause between message
+    # arrivals from the fault on, less the stream's usual spacing after it
+    # (a 64 KiB message every ~6 ms at the survivor's rate).
+    tf = _fault_time(res, "plane 0 down", t_fault)[0]
+    arr = sorted(res.get(3, {}).get("arrivals", {}).get("0", []))
+    lp = m.longest_pause(arr, tf, dur)
+    later = [b - a for a, b in itertools.pairwise(x for x in arr if tf <= x <= dur)]
+    spacing = statistics.median(later) if later else None
+    stall = None if lp is None or spacing is None else max(0.0, lp[0] - spacing)
     out: dict[str, Any] = {
         "longest_gap_after_fault_ms": longest * 10, "empty_bins_after": empty,
+        "longest_pause_ms": None if lp is None else round(lp[0] * 1000, 2),
+        "pause_began_after_fault_ms": None if lp is None else round((lp[1] - tf) * 1000, 2),
+        "arrival_spacing_ms": None if spacing is None else round(spacing * 1000, 2),
+        "stall_ms": None if stall is None else round(stall * 1000, 2),
         "goodput_after_mbps": after / 1e6, "complete": ok, "rtos": _rtos(stack, res),
         "srtt_ms": _srtt_ms(res),
         "parked_planes": sorted({p for r in res.values() for c in r.get("conns", [])
@@ -473,11 +497,14 @@ def _compound_run(ctx: Ctx, stack: str, label: str, faults: list[tuple[float, st
         limit = 10 * srtt + (pe["probe_interval_ms"] or 0.0) if srtt else None
         out.update({"planes": pe, "stall_limit_ms": limit, "sender": _sender_state(res)})
         ctx.say(f"  compound/braid/{label}: plane 0 parked {_fmt(pe['parked_after_ms'])} ms "
-                f"after the fault ({_fmt(pe['parked_after_srtt'])} srtt, "
+                f"after the fault ({_fmt(pe['parked_after_srtt'])} srtt of the moment it went "
+                f"silent, {_fmt(pe['parked_after_srtt_at_park'])} of the park's; "
                 f"{pe['parked_cause']}); stall limit 10 srtt + probe interval = "
                 f"{_fmt(limit)} ms")
-    ctx.say(f"  compound/{stack}/{label}: longest gap {longest * 10} ms, after-fault goodput "
-            f"{after / 1e6:.1f} Mbit/s")
+    ctx.say(f"  compound/{stack}/{label}: longest gap {longest * 10} ms (10 ms bins), stall "
+            f"{_fmt(out['stall_ms'])} ms (longest pause {_fmt(out['longest_pause_ms'])} ms "
+            f"less the usual spacing {_fmt(out['arrival_spacing_ms'])} ms), after-fault "
+            f"goodput {after / 1e6:.1f} Mbit/s")
     return out, bins[:end]
 
 
