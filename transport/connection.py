@@ -33,7 +33,7 @@ from transport.path_health import PathHealth
 from transport.paths import PathPolicy, get_policy
 from transport.psn import wire as psn_wire
 from transport.receiver import Receiver, SliceError
-from transport.sender import Sender, SentPacket
+from transport.sender import TWIN_AFTER_LOSSES, Sender, SentPacket
 from wire.codec import HandshakeCodec, Opener, Packet, Sealer, peek_untrusted
 from wire.constants import COUNTER_MAX, VERSION, CloseReason, Dscp, Flag, NackReason, PacketType
 from wire.errors import WireError
@@ -573,11 +573,18 @@ class Connection:
         rtt = self.sender.rtt
         queueing = rtt.srtt - rtt.min_rtt
         target = self.cc.target_delay
+        congestive = queueing > max(_CONGESTIVE_QUEUEING * rtt.min_rtt, target)
+        if not timeout and not congestive:
+            # A packet lost again after its resend, on a path that loses
+            # without a queue: two copies next time (sender.TWIN_AFTER_LOSSES).
+            for p in lost:
+                if p.losses >= TWIN_AFTER_LOSSES:
+                    p.twin = True
         if timeout:
             for p in lost:
                 p.cc_lost = True
             self.cc.on_loss(now=now, lost_bytes=sum(p.length for p in lost))
-        elif queueing > max(_CONGESTIVE_QUEUEING * rtt.min_rtt, target):
+        elif congestive:
             fresh = 0
             for p in lost:
                 if not self.health.recently_lossy(p.ev):
@@ -909,7 +916,7 @@ class Connection:
                             msg_id=p.msg_id, msg_offset=p.offset, msg_len=p.msg_len,
                             timestamp=ts, payload=payload, flags=flags,
                         ), path2))
-                        health.on_sent(ev2, now)
+                        p.twin_ev, p.twin_key = ev2, key2
                         s.twin_resends += 1
                         s.retransmissions += 1
                         s.packets_sent += 1

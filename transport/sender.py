@@ -42,12 +42,15 @@ _U32 = 0xFFFFFFFF
 MAX_TLPS = 4
 #: Packets resent by one tail-loss probe.
 TLP_PACKETS = 2
-#: A packet declared lost this many times (its resend was lost too) is resent
-#: as two copies on two EVs: on a path that loses at random, the worst packet
-#: of a run is otherwise lost again and again, a loss-detection delay each
-#: time, and holds its message (issue 13's compound row: 30% loss, one
-#: packet sent 9 times over 46 ms). Two copies make a further loss the square
-#: of the path's loss rate; they cost (loss rate)^2 of the traffic.
+#: A packet declared lost this many times (its resend was lost too), with no
+#: queueing behind the loss, is resent as two copies on two EVs: on a path
+#: that loses at random, the worst packet of a run is otherwise lost again
+#: and again, a loss-detection delay each time, and holds its message (issue
+#: 13's compound row: 30% loss, one packet sent 9 times over 46 ms). Two
+#: copies make a further loss the square of the path's loss rate; they cost
+#: (loss rate)^2 of the traffic. Not for congestive losses (a queue behind
+#: them): copies there only feed the queue (an incast with 34% tail drops
+#: lost 6% of its goodput to them).
 TWIN_AFTER_LOSSES = 2
 #: Resent packets remembered after their acknowledgement, so that the SACK
 #: of an older copy arriving later still shows the loss was spurious.
@@ -85,9 +88,13 @@ class SentPacket:
     #: Times declared lost by the loss rules (not counting tail-loss probes).
     losses: int = 0
     #: Its latest resend went out as two copies on two EVs with one
-    #: timestamp (``TWIN_AFTER_LOSSES``): an ack does not say which EV, or
-    #: which plane, carried the copy that arrived.
+    #: timestamp (``TWIN_AFTER_LOSSES``; the connection sets it): only a SACK
+    #: it triggered says which EV carried the copy that arrived (its echo
+    #: EV); an ack by the cumulative PSN or the bitmap does not.
     twin: bool = False
+    #: The second copy's EV and its key (``ev`` / ``ev_key`` are the first's).
+    twin_ev: Any = None
+    twin_key: int = -1
     #: The whole message this segment is a slice of (retransmissions re-read it).
     data: Any = None
 
@@ -392,15 +399,17 @@ class Sender:
         # Only an ack known to be for the latest copy says anything about the
         # EV it used and about send order; an older copy arriving late would
         # otherwise declare everything sent before the retransmission lost.
-        # A twin's copies share one timestamp but not their EV: the ack is
-        # exact about the send time (the RTT), not about the path.
-        exact = (p.transmissions == 1 or echo_ts == p.timestamp) and not p.twin
+        copy = p.transmissions == 1 or echo_ts == p.timestamp
+        # A twin's copies left together under one timestamp: an ack of either
+        # is exact about the send (order, RTT), not about the path, unless
+        # its SACK named the EV (``on_sack`` resolves that).
+        exact = copy and not p.twin
         p.ack_exact = exact
         self.bytes_acked += p.length
         res.acked_bytes += p.length
         key = p.ev_key
-        if exact:
-            if p.seq > self._ev_acked_seq.get(key, -1):
+        if copy:
+            if exact and p.seq > self._ev_acked_seq.get(key, -1):
                 self._ev_acked_seq[key] = p.seq
             if p.seq > self.largest_acked_seq:
                 self.largest_acked_seq = p.seq
@@ -494,6 +503,14 @@ class Sender:
         # The triggering packet first: its echo says which copy arrived.
         p = inflight.get(ack_psn)
         if p is not None:
+            if p.twin and sack.echo_ts == p.timestamp:
+                # Its echo EV says which of the two copies came.
+                tw = p.twin_ev
+                if tw is not None and tw.value == sack.echo_ev and tw.plane == sack.plane:
+                    p.ev, p.ev_key = tw, p.twin_key
+                    p.twin = False
+                elif p.ev is not None and p.ev.value == sack.echo_ev:
+                    p.twin = False
             self._ack(p, res, sack.echo_ts)
         elif (p := lost.get(ack_psn)) is not None:
             self._ack(p, res, sack.echo_ts, was_lost=True)
@@ -599,7 +616,6 @@ class Sender:
         for p in lost:
             self._mark_lost(p)
             p.losses += 1
-            p.twin = p.losses >= TWIN_AFTER_LOSSES
         return lost
 
     def loss_timer(self) -> float | None:
@@ -612,6 +628,8 @@ class Sender:
         return None
 
     def _mark_lost(self, p: SentPacket) -> None:
+        p.twin = False  # the connection decides again (it knows the queueing)
+        p.twin_ev = None
         del self.inflight[p.psn]
         self.bytes_in_flight -= p.length
         self._lost[p.psn] = p
