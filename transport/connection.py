@@ -1014,6 +1014,10 @@ class Connection:
             "trimmed_received_fabric": r.trimmed_fabric,
             "trimmed_received_last_hop": r.trimmed_last_hop,
             "srtt": s.rtt.srtt,
+            # What the time rule waits before it calls a packet lost: about
+            # srtt x (1 + reorder fraction) + 2 rttvar + reorder_extra.
+            "rttvar": s.rtt.rttvar,
+            "reorder_extra": s.reorder_extra,
             "min_rtt": s.rtt.min_rtt,
             "cwnd": self.cc.cwnd,
             "probes_sent": self.health.probes_sent,

@@ -93,6 +93,9 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
     # what limits the asymmetric stream: the sender's window and plane shares
     snd = data["rows"]["asymmetric"]["per_stack"]["braid"]["half_rate"]["sender"]
     assert snd["cwnd"] > 0 and snd["max_window"] >= snd["cwnd"], snd
+    # ... and what its time rule waits (srtt, rttvar, the reorder allowance)
+    assert snd["rttvar_ms"] > 0 and snd["reorder_extra_ms"] >= 0, snd
+    assert isinstance(snd["twin_resends"], int) and snd["lost_by_time"] >= 0, snd
     assert len(snd["plane_weight"]) == 2 and max(snd["plane_weight"]) == 1.0, snd
     assert data["transfers"]
     for t in data["transfers"]:

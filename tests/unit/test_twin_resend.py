@@ -151,6 +151,8 @@ def test_twin_copies_leave_on_two_evs_and_shorten_the_worst_message_wait() -> No
     assert a.failed is None and a.conn.sender.rto_events == 0
     twins = a.conn.sender.twin_resends
     assert twins > 0, "no packet was resent as two copies"
+    st = a.conn.stats()
+    assert st["twin_resends"] == twins and float(st["rttvar"]) > 0  # type: ignore[arg-type]
     # Resends that left in pairs at one instant, on two EVs.
     assert sum(1 for evs in copies.values() if len(evs) >= 2) >= twins // 2
     times = [at[0], *(t for t, _, _ in b.delivered if t >= at[0])]

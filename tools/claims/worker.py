@@ -393,6 +393,7 @@ class Worker:
                     d["cc_delay_is_mark"] = float(cc.get("delay_is_mark") or 0)
                     conns.append({"peer": c["peer"], "role": c["role"], **d,
                                   **{k: c.get(k) for k in ("srtt", "min_rtt", "cwnd",
+                                                           "rttvar", "reorder_extra",
                                                            "parked_planes", "state",
                                                            "probe_interval", "plane_shares",
                                                            "plane_srtt")},
@@ -416,7 +417,8 @@ class Worker:
 
 #: Braid connection counters reported per run (differences over the run).
 COUNTERS = ("packets_sent", "retransmissions", "rtos", "nacks_received", "probes_sent",
-            "bytes_acked", "bytes_received", "lost_by_rto", "spurious_losses")
+            "bytes_acked", "bytes_received", "lost_by_rto", "spurious_losses",
+            "lost_by_time", "lost_by_ev_order", "twin_resends")
 #: NSCC's decision counters, also differences (``cc_`` in the report).
 CC_COUNTERS = ("md", "quick_adapt", "fair_inc", "proportional_inc", "fast_inc", "timeouts")
 
