@@ -18,10 +18,11 @@ spraying — aioquic #42, quinn #2711):
 Retransmissions keep their PSN (the receiver's cumulative PSN must be able to
 advance) but are sealed under a fresh counter and carry a fresh timestamp,
 which the SACK echoes, so RTT samples are never ambiguous. A packet the loss
-rules declare lost a second time (its resend was lost too) is resent as two
-copies on two EVs with one timestamp (``TWIN_AFTER_LOSSES``): on a path that
-loses at random the worst packet otherwise takes a loss-detection delay per
-loss and holds its message; the ack of a twin says when, not which path.
+rules declare lost a second time (its resend was lost too), with no queue
+behind the loss, is resent as two copies on two EVs with one timestamp
+(``TWIN_AFTER_LOSSES``): on a path that loses at random the worst packet
+otherwise takes a loss-detection delay per loss and holds its message; only
+the SACK a copy triggers says which path carried it.
 """
 
 from __future__ import annotations
@@ -509,7 +510,8 @@ class Sender:
                 if tw is not None and tw.value == sack.echo_ev and tw.plane == sack.plane:
                     p.ev, p.ev_key = tw, p.twin_key
                     p.twin = False
-                elif p.ev is not None and p.ev.value == sack.echo_ev:
+                elif p.ev is not None and p.ev.value == sack.echo_ev and \
+                        p.ev.plane == sack.plane:
                     p.twin = False
             self._ack(p, res, sack.echo_ts)
         elif (p := lost.get(ack_psn)) is not None:
@@ -563,12 +565,13 @@ class Sender:
                 rtt = self._held_out(rtt, sack.ack_delay)
             if 0 < rtt < 60:
                 self.rtt.update(rtt)
-                if sampled.ev and not sampled.twin:  # a twin's path is not known
-                    key = (sampled.ev.plane << 16) | sampled.ev.value
+                if not sampled.twin:  # a twin's path is not known
+                    key = (sampled.ev.plane << 16) | sampled.ev.value if sampled.ev else -1
                     old = self.ev_rtt.get(key)
                     self.ev_rtt[key] = rtt if old is None else 0.75 * old + 0.25 * rtt
-                    self._plane_sample(res, sampled.ev.plane, rtt)
-                    self._echoes.append(sack.echo_ts)
+                    if sampled.ev:
+                        self._plane_sample(res, sampled.ev.plane, rtt)
+                        self._echoes.append(sack.echo_ts)
                 res.rtt = rtt
                 res.sampled = sampled
         elif sack.echo_ts and sampled is None and sack.echo_ts not in self._echoes:
