@@ -206,3 +206,31 @@ def test_longest_pause_is_timed_to_the_arrival_not_the_bin() -> None:
     for t in arr:
         bins[int(t / m.BIN_S)] += 1
     assert m.gaps(bins, 100, 103) == (0, 0)
+
+
+def test_the_compound_park_is_judged_in_the_srtt_of_the_moment_the_plane_went_silent() -> None:
+    from tools.claims import report
+
+    def row(planes: dict[str, object], stall: float | None) -> dict[str, object]:
+        return {"longest_gap_after_fault_ms": 10, "srtt_ms": 1.0, "stall_limit_ms": 14.0,
+                "complete": True, "stall_ms": stall, "longest_pause_ms": 20.0,
+                "arrival_spacing_ms": 5.5, "planes": planes}
+
+    new = {"parked_after_ms": 8.8, "parked_after_srtt": 2.1, "srtt_silent_ms": 4.14,
+           "parked_after_srtt_at_park": 8.8, "parked_cause": "silence",
+           "probe_interval_ms": 4.0}
+    data = {"rows": {"compound": {"per_stack": {"braid": row(new, 16.7)}}}}
+    t = {r[0]: r for r in report.targets(data)}
+    park = t["compound: the dead plane parked within 5 srtt of going silent"]
+    assert park[-1] == "met" and "went silent 4.14 ms" in park[1] and "8.8 of the park's" in park[1]
+    stall = t["compound: no stall longer than 10 srtt + one probe interval"]
+    # judged on the timed stall (16.7 ms > 14), not on the one empty bin (10 ms)
+    assert stall[-1] == "NOT met" and stall[1].startswith("16.7 ms")
+    # a sitting from before: the park in the srtt logged with it, the stall in bins
+    old = {k: v for k, v in new.items() if k not in ("srtt_silent_ms",
+                                                      "parked_after_srtt_at_park")}
+    data = {"rows": {"compound": {"per_stack": {"braid": row(old, None)}}}}
+    t = {r[0]: r for r in report.targets(data)}
+    assert "logged at the park" in t["compound: the dead plane parked within 5 srtt of going "
+                                     "silent"][1]
+    assert t["compound: no stall longer than 10 srtt + one probe interval"][-1] == "met"

@@ -176,10 +176,14 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
         pl = v.get("planes") or {}
         after, in_srtt = pl.get("parked_after_ms"), pl.get("parked_after_srtt")
         at_park = pl.get("parked_after_srtt_at_park")
+        silent = pl.get("srtt_silent_ms")
+        # A sitting from before the srtt at silence was logged counted the
+        # park in the srtt logged with it.
+        which = (f"srtt when it went silent {_f(silent, 2, ' ms')}" if silent is not None
+                 else "in the srtt logged at the park")
         out.append([f"compound{tag}: the dead plane parked within 5 srtt of going silent",
                     f"{_f(after, 1, ' ms')} = {_f(in_srtt, 1)} srtt "
-                    f"({pl.get('parked_cause') or 'not parked'}; srtt when it went silent "
-                    f"{_f(pl.get('srtt_silent_ms'), 2, ' ms')}"
+                    f"({pl.get('parked_cause') or 'not parked'}; {which}"
                     + (f", {_f(at_park, 1)} of the park's" if at_park is not None else "")
                     + ")", "-",
                     _met(None if in_srtt is None and v.get("complete") is None
