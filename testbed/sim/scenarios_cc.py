@@ -75,6 +75,28 @@ def host_config(fab: Fabric, *, plane_rate: float, seed: int = 1, **kw: Any) -> 
     return default_config(fab, **base)
 
 
+def feed(sim: Simulator, senders: list[Peer], payload: bytes, end: float, *,
+         on_ack: bool = True) -> Callable[[Peer], None]:
+    """``submit(peer)``: queue ``payload`` on ``peer``'s connection (until
+    ``end``, and while it has not failed). With ``on_ack`` each sender also
+    submits another copy whenever one of its messages is acknowledged, so
+    what it was given stays queued (a pipelined client)."""
+
+    def submit(a: Peer) -> None:
+        if sim.now < end and a.failed is None:
+            a.conn.send_message(payload)
+            sim.wake(a)
+
+    def on_event(peer: Peer, ev: Event, now: float) -> None:
+        if isinstance(ev, MessageAcked):
+            submit(peer)
+
+    if on_ack:
+        for a in senders:
+            a.on_event = on_event
+    return submit
+
+
 def run_client(fab: Fabric, config: Any, *, client: Client, msg_size: int = 64 << 10,
                duration: float = 2.0, depth: int = 64, offered: float | None = None,
                warmup: float = 0.1,
@@ -101,18 +123,8 @@ def run_client(fab: Fabric, config: Any, *, client: Client, msg_size: int = 64 <
     end = t0 + duration
     if setup is not None:
         setup(sim, t0)
-
-    def submit(a: Peer) -> None:
-        if sim.now < end and a.failed is None:
-            a.conn.send_message(payload)
-            sim.wake(a)
-
-    def on_event(peer: Peer, ev: Event, now: float) -> None:
-        if isinstance(ev, MessageAcked) and client != "paced":
-            submit(peer)
-
+    submit = feed(sim, [a for a, _ in pairs], payload, end, on_ack=client != "paced")
     for a, _ in pairs:
-        a.on_event = on_event
         if client == "paced":
             assert offered is not None and offered > 0
             gap = msg_size / offered

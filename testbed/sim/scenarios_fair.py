@@ -24,8 +24,7 @@ from typing import Any
 from testbed.sim.driver import Simulator
 from testbed.sim.fabric import LinkSpec
 from testbed.sim.scenarios import Peer, _establish, connect_pair, make_fabric
-from testbed.sim.scenarios_cc import PLANE_RATE, host_config
-from transport.events import Event, MessageAcked
+from testbed.sim.scenarios_cc import PLANE_RATE, feed, host_config
 
 WINDOW = 0.1
 #: Sampling period of the per-flow trace (windows, acked bytes) and the
@@ -71,23 +70,13 @@ def scenario_fairness(*, n: int = 4, mark_gain: float | None = None, jitter: flo
     t0 = sim.now
     dur = stagger * (n - 1) + hold
     end = t0 + dur
-    payload = bytes(64 << 10)
-
-    def submit(a: Peer) -> None:
-        if sim.now < end and a.failed is None:
-            a.conn.send_message(payload)
-            sim.wake(a)
-
-    def on_event(peer: Peer, ev: Event, now: float) -> None:
-        if isinstance(ev, MessageAcked):
-            submit(peer)
+    submit = feed(sim, [a for a, _ in pairs], bytes(64 << 10), end)
 
     def start(a: Peer) -> None:
         for _ in range(16):
             submit(a)
 
     for i, (a, _) in enumerate(pairs):
-        a.on_event = on_event
         sim.at(t0 + i * stagger, lambda a=a: start(a))  # type: ignore[misc]
     trace: list[tuple[float, list[dict[str, float]]]] = []
 

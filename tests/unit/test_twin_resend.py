@@ -17,10 +17,9 @@ from typing import Any
 from testbed.sim.driver import Simulator
 from testbed.sim.fabric import Fabric, Packet
 from testbed.sim.scenarios import Peer, _establish, connect_pair
-from testbed.sim.scenarios_cc import PLANE_RATE, host_config
+from testbed.sim.scenarios_cc import PLANE_RATE, feed, host_config
 from testbed.sim.scenarios_cc import testbed_fabric as make_testbed_fabric
 from transport.connection import _DSCP_RETX
-from transport.events import Event, MessageAcked
 from transport.sender import TWIN_AFTER_LOSSES, Sender
 from wire.packets import Sack
 
@@ -111,19 +110,8 @@ def _run(fab: Fabric, senders: list[str], *, fault: Any = None, duration: float 
         b.keep_data = False
     _establish(sim, *[p for pair in pairs for p in pair], limit=0.5)
     t0, end = sim.now, sim.now + duration
-    payload = bytes(64 << 10)
-
-    def submit(a: Peer) -> None:
-        if sim.now < end and a.failed is None:
-            a.conn.send_message(payload)
-            sim.wake(a)
-
-    def on_event(peer: Peer, ev: Event, now: float) -> None:
-        if isinstance(ev, MessageAcked):
-            submit(peer)
-
+    submit = feed(sim, [a for a, _ in pairs], bytes(64 << 10), end)
     for a, _ in pairs:
-        a.on_event = on_event
         for _ in range(16):
             submit(a)
     if fault is not None:

@@ -92,6 +92,13 @@ def stream(ctx: Ctx, stack: str, flows: Sequence[Flow],
            duration: float, faults: list[tuple[float, str]] | None = None
            ) -> dict[int, dict[str, Any]]:
     """Flows (src, dst, start, stop, plane or None) of 64 KiB messages."""
+    return ctx.fab.run(_stack_name(stack), _stream_specs(ctx, flows, duration), faults,
+                       timeout=duration + 60)
+
+
+def _stream_specs(ctx: Ctx, flows: Sequence[Flow], duration: float
+                  ) -> dict[int, dict[str, Any]]:
+    """The workers' specs of ``stream``'s flows."""
     specs: dict[int, dict[str, Any]] = {}
     for src, dst, start, stop, plane in flows:
         for h in (src, dst):
@@ -101,7 +108,7 @@ def stream(ctx: Ctx, stack: str, flows: Sequence[Flow],
         specs[src]["out"].append({"to": dst, "start": start, "stop": stop})
         specs[src]["connect"].append([dst, pair_plane(src, dst) if plane is None else plane])
         specs[dst]["accept"].append(src)
-    return ctx.fab.run(_stack_name(stack), specs, faults, timeout=duration + 60)
+    return specs
 
 
 def collective(ctx: Ctx, stack: str, pattern: str, group: list[int], size: int,
@@ -596,11 +603,8 @@ def _victim_specs(ctx: Ctx, stack: str, victim: tuple[int, int], dur: float
                   ) -> dict[int, dict[str, Any]]:
     """The victim stream's two ends, on ``stack`` whatever the run's stack
     (a worker's spec may name its own)."""
-    common = {"stack": _stack_name(stack), "pattern": "stream", "duration": dur, "msg": MSG,
-              "grace": ctx.q(3.0, GRACE), "inflight": INFLIGHT}
-    return {victim[0]: {**common, "out": [{"to": victim[1], "start": 0.0, "stop": dur}],
-                        "connect": [[victim[1], pair_plane(*victim)]], "accept": []},
-            victim[1]: {**common, "out": [], "connect": [], "accept": [victim[0]]}}
+    specs = _stream_specs(ctx, [(victim[0], victim[1], 0.0, dur, None)], dur)
+    return {h: {**spec, "stack": _stack_name(stack)} for h, spec in specs.items()}
 
 
 def _incast_run(ctx: Ctx, stack: str, label: str, senders: list[int], size: int, dur: float,
