@@ -56,8 +56,11 @@ class CongestionController(Protocol):
         controller learns each plane's own base RTT from it."""
         ...
 
-    def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool) -> None:
-        """A trim NACK: the switch told us exactly how much it could not carry."""
+    def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool,
+                rtt: float | None = None, plane: int | None = None) -> None:
+        """A trim NACK: the switch told us exactly how much it could not carry.
+        ``rtt``: the trimmed packet's send to its NACK, through ``plane``; the
+        header skipped the trimming port's data queue (priority class)."""
         ...
 
     def on_loss(self, *, now: float, lost_bytes: int) -> None: ...

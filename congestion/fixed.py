@@ -48,7 +48,8 @@ class FixedWindow:
     def on_plane_rtt(self, *, plane: int, rtt: float) -> None:
         pass
 
-    def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool) -> None:
+    def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool,
+                rtt: float | None = None, plane: int | None = None) -> None:
         self._trimmed += trimmed_bytes
 
     def on_loss(self, *, now: float, lost_bytes: int) -> None:

@@ -90,6 +90,14 @@ scenarios that motivate each):
    (DCTCP's cut; at most once per RTT), whatever its delay: every connection
    through the marking port sees about the same fraction, so all cut by the
    same factor. Sparse marks (a hot path among many) keep UEC's quadrants.
+6. A last hop that trims and does not mark (MRC's). With the queue pinned at
+   the trim threshold every flow's trims equal its additive increase,
+   whatever its rate, so subtracting them (UEC) keeps any split. The first
+   last-hop trim of an RTT also cuts the window by ``trim_md`` (0: off).
+   And a trimmed header skipped the trimming port's data queue, so its
+   NACK's round trip (``on_nack(rtt=..., plane=...)``) lowers that plane's
+   base RTT (``trim_base``): a latecomer that measured its base through the
+   standing queue otherwise reads the queue as headroom.
 """
 
 from __future__ import annotations
@@ -145,6 +153,8 @@ class Nscc:
         mark_gain: float = 0.0,
         shared_marks: bool = True,
         pervasive_marks: float = 0.4,
+        trim_base: bool = True,
+        trim_md: float = 0.25,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
@@ -187,6 +197,10 @@ class Nscc:
         if not 0 < pervasive_marks <= 1:
             raise ValueError("pervasive_marks must be in (0, 1]")
         self.shared_marks = shared_marks
+        if not 0 <= trim_md < 1:
+            raise ValueError("trim_md must be in [0, 1)")
+        self.trim_base = trim_base
+        self.trim_md = trim_md
         self.pervasive_marks = pervasive_marks
         # Deviation 5: the marked fraction of the last whole RTT round.
         self._round_frac = 0.0
@@ -522,7 +536,12 @@ class Nscc:
             self._plane_min[plane] = rtt
             self._set_base(self.base_rtt)
 
-    def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool) -> None:
+    def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool,
+                rtt: float | None = None, plane: int | None = None) -> None:
+        if self.trim_base and rtt is not None and rtt > 0 and plane is not None:
+            base = self._plane_base.get(plane)
+            if base is None or rtt < base:
+                self._plane_base[plane] = rtt
         # A trim says exactly how many bytes the network could not take now;
         # at the last hop it is incast, in the fabric imbalance, and both
         # mean that much less should be in flight.
@@ -532,6 +551,10 @@ class Nscc:
         self._delay_is_mark = False
         self._fi_bytes = 0.0
         self._cwnd = self._clamp(self._cwnd - trimmed_bytes)
+        if last_hop and self.trim_md and now - self._last_md >= self._rtt_est():
+                self._cwnd = self._clamp(self._cwnd * (1.0 - self.trim_md))
+                self._last_md = now
+                self._counts["md"] += 1
         self._update_pacer()
 
     def on_loss(self, *, now: float, lost_bytes: int) -> None:

@@ -610,7 +610,15 @@ class Connection:
                 self.trims_last_hop += 1
             else:
                 self.trims_fabric += 1
-            self.cc.on_nack(now=now, trimmed_bytes=p.length, last_hop=last_hop)
+            # The trimmed header skipped the trimming port's data queue: its
+            # round trip is the path's without that queue, less the data's
+            # serialization on each hop after the trim (added back here: one
+            # hop after a last-hop trim, two after a fabric one).
+            hops = 1 if last_hop else 2
+            self.cc.on_nack(now=now, trimmed_bytes=p.length, last_hop=last_hop,
+                            rtt=now - p.sent_time + hops * p.length / self.config.plane_rate
+                            if p.sent_time else None,
+                            plane=p.ev.plane if p.ev else None)
             if p.ev is not None:
                 self.health.on_trim(p.ev, now, last_hop=last_hop, sent=p.sent_time)
             self._note_ev_changes()

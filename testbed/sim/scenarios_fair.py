@@ -1,6 +1,9 @@
 """Fairness in virtual time (issue 13): ``n`` senders into one host over two
 100 Mbit/s planes (the claims fabric's rates; one switch per plane whose
-spine port marks ECN above 16 KB and whose last hop trims above 32 KB),
+spine port marks ECN above 16 KB and whose last hop trims above 32 KB;
+with ``bottleneck="last-hop"`` the spine ports run at twice the rate, as two
+spines share the load on the claims fabric, and the last hop, which trims
+and does not mark, is the only queue),
 the daemon's connection config, one sender starting every ``stagger`` s,
 64 KiB messages, 16 in flight per sender. Jain's index over 100 ms windows
 of bytes acknowledged from 0.2 s after the last start, as the claims bench's
@@ -10,7 +13,7 @@ newcomer's time to 80% of the running flows' mean rate, in its smoothed RTTs.
 
 Not part of ``braid bench sim``'s table (yet): a diagnosis tool, asserted by
 tests/unit/test_scenarios_fair.py.
-``python -m testbed.sim.scenarios_fair N [mark_gain] [jitter]``.
+``python -m testbed.sim.scenarios_fair N [mark_gain] [jitter] [spine|last-hop]``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ RATE_WINDOW = 20e-3
 def scenario_fairness(*, n: int = 4, mark_gain: float | None = None, jitter: float = 0.0,
                       stagger: float = 0.3, hold: float = 0.6, seed: int = 5,
                       params: dict[str, Any] | None = None,
-                      config: dict[str, Any] | None = None) -> dict[str, Any]:
+                      config: dict[str, Any] | None = None,
+                      bottleneck: str = "spine") -> dict[str, Any]:
     """``jitter``: sender i's packets are delayed by up to jitter * (i+1)/n (hosts
     of unequal load). ``mark_gain`` None: the daemon's default. ``params``: more
     ``congestion_params``; ``config``: other connection settings.
@@ -47,7 +51,13 @@ def scenario_fairness(*, n: int = 4, mark_gain: float | None = None, jitter: flo
     (inf if never). ``trace``: per ``SAMPLE``, each sender's NSCC stats."""
     rate, delay = PLANE_RATE, 50e-6
     up = LinkSpec(rate=1.25e8, delay=delay, buffer=4 << 20)
-    sp = LinkSpec(rate=rate, delay=delay, buffer=256 << 10, ecn_threshold=16 << 10)
+    if bottleneck not in ("spine", "last-hop"):
+        raise ValueError("bottleneck: 'spine' or 'last-hop'")
+    # "last-hop": the claims fabric's case, where two spines per plane share
+    # the load and the receiver's last hop (trims, no ECN, as in MRC) is the
+    # only queue; "spine": the spine port toward the receiver marks first.
+    sp = LinkSpec(rate=rate * (2 if bottleneck == "last-hop" else 1), delay=delay,
+                  buffer=256 << 10, ecn_threshold=16 << 10)
     dn = LinkSpec(rate=rate, delay=delay, buffer=256 << 10, trim_threshold=32 << 10)
     hosts = tuple(f"a{i}" for i in range(n))
     fab = make_fabric(planes=2, spines=1, rate=rate, uplink=up, spine=sp, downlink=dn,
@@ -146,7 +156,8 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     r = scenario_fairness(n=int(args[0]) if args else 4,
                           mark_gain=float(args[1]) if len(args) > 1 else None,
-                          jitter=float(args[2]) if len(args) > 2 else 0.0)
+                          jitter=float(args[2]) if len(args) > 2 else 0.0,
+                          bottleneck=args[3] if len(args) > 3 else "spine")
     print(f"n={r['n']} Jain (bytes) min {r['jain_min']:.2f} median {r['jain_median']:.2f} "
           f"(messages) {r['jain_msgs_min']:.2f} / {r['jain_msgs_median']:.2f} "
           f"MDs {[int(x) for x in r['md']]} newcomer RTTs "

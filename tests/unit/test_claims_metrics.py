@@ -63,6 +63,31 @@ def test_time_to_share() -> None:
     assert m.time_to_share([0] * 40, 0, 1, 40) is None
 
 
+def test_time_to_share_arrivals_times_a_newcomer_to_the_message() -> None:
+    # an old flow delivers a message every 10 ms; a newcomer starting at 1.0 s
+    # ramps up (40, 30, 20 ms apart), then runs at the same rate
+    old = [0.005 + 0.01 * k for k in range(200)]
+    new = [1.05, 1.09, 1.12, 1.14, *(1.15 + 0.01 * k for k in range(80))]
+    # over its last 4 messages it first carries >= 80% of the running mean at
+    # 1.17 s: 4 messages in (1.12, 1.17] against the old flow's 5
+    t = m.time_to_share_arrivals(new, [old, new], 1.0, 2.0)
+    assert t == pytest.approx(0.17)
+    # the 100 ms windows of the same arrivals cannot say less than 100 ms
+    bins = [0] * 200
+    for x in new:
+        bins[int(x / 0.01)] += 1
+    w = m.time_to_share(bins, 100, 0.8 * 10, 200)
+    assert w is not None and w * m.BIN_S >= 0.1
+    # a newcomer held at half the rate never gets there
+    slow = [1.0 + 0.02 * k for k in range(1, 50)]
+    assert m.time_to_share_arrivals(slow, [old, slow], 1.0, 2.0) is None
+    # nothing running, or too few arrivals: no figure
+    assert m.time_to_share_arrivals(new, [], 1.0, 2.0) is None
+    assert m.time_to_share_arrivals(new[:4], [old, new[:4]], 1.0, 2.0) is None
+    # the end bounds the search
+    assert m.time_to_share_arrivals(new, [old, new], 1.0, 1.16) is None
+
+
 def test_worker_messages_are_checked_byte_for_byte() -> None:
     spec = {"run": 7, "me": 1, "stack": "tcp", "pattern": "alltoall", "size": 4096}
     tx = Worker(spec)
@@ -185,6 +210,36 @@ def test_incast_controls_are_tabled_and_named_in_the_targets() -> None:
     del data["rows"]["incast"]["controls"]  # a sitting from before the controls
     target = next(t for t in report.targets(data) if t[0].startswith("incast"))
     assert "controls" not in target[2]
+
+
+def test_newcomer_target_is_judged_by_arrivals_and_old_sittings_by_windows() -> None:
+    from tools.claims import report
+
+    def n(share: float | None, windows: float) -> dict[str, object]:
+        x: dict[str, object] = {"jain_min": 0.9, "jain_median": 0.97,
+                                "newcomer_worst_ms": windows, "srtt_ms": 4.0,
+                                "newcomer_worst_rtts": windows / 4.0, "complete": True}
+        if share is not None:
+            x |= {"newcomer_share_worst_ms": share, "newcomer_share_worst_rtts": share / 4.0}
+        return x
+
+    def target(data: dict[str, object]) -> list[str]:
+        return next(t for t in report.targets(data) if "newcomer" in t[0])
+
+    # 100 ms windows say 220 ms (55 srtt), the arrivals 120 ms (30 srtt)
+    data: dict[str, object] = {"rows": {"fairness": {"per_stack": {
+        "braid": {"n=2": n(40.0, 100.0), "n=4": n(120.0, 220.0)}}}}}
+    t = target(data)
+    assert t[-1] == "met" and "120 ms by message arrivals" in t[1] and "30 srtt" in t[1]
+    rows = [r for _t, _h, rs in report.tables(data) for r in rs]
+    assert rows[1][4:8] == ["120", "30.0", "220", "55.0"]
+    # an old sitting has only the windows' figure: judged on it, and says so
+    data = {"rows": {"fairness": {"per_stack": {
+        "braid": {"n=2": n(None, 100.0), "n=4": n(None, 220.0)}}}}}
+    t = target(data)
+    assert t[-1] == "NOT met" and "by 100 ms windows" in t[1]
+    rows = [r for _t, _h, rs in report.tables(data) for r in rs]
+    assert rows[1][4] == "-"
 
 
 def test_longest_pause_is_timed_to_the_arrival_not_the_bin() -> None:

@@ -375,19 +375,57 @@ def test_a_marking_or_trimming_fabric_keeps_uec_behaviour(signal: str) -> None:
         c.on_nack(now=0.002, trimmed_bytes=MTU, last_hop=True)
     c.on_loss(now=0.005, lost_bytes=MTU)
     assert c.stats()["delay_is_mark"] == 0.0
-    before = c._cwnd
+    before, mds = c._cwnd, c.stats()["md"]  # a last-hop trim cut once (deviation 6)
     ack(c, 0.01, BASE + 0.8e-3)  # no ECN above target: fair increase, as specified
-    assert c._cwnd > before and c.stats()["md"] == 0
+    assert c._cwnd > before and c.stats()["md"] == mds
 
 
 def test_trim_nack_subtracts_and_never_below_min() -> None:
-    c = make()
+    c = make(trim_md=0.0)
     c.on_nack(now=0.0, trimmed_bytes=2500, last_hop=False)
     assert c.cwnd == 7500
     c.on_nack(now=0.0, trimmed_bytes=2500, last_hop=True)
     assert c.cwnd == 5000
     c.on_nack(now=0.0, trimmed_bytes=10**6, last_hop=False)
     assert c.cwnd == MTU
+
+
+def test_last_hop_trims_cut_once_per_rtt_and_time_the_path_without_its_queue() -> None:
+    """Deviation 6 (issue 13, fairness behind a trimming last hop that does
+    not mark). With the queue pinned at the trim threshold every flow's trims
+    equal its additive increase whatever its rate, so subtracting them keeps
+    any split of the bottleneck; a cut by a factor, once per RTT, converges."""
+    c = make()
+    c.on_nack(now=0.0, trimmed_bytes=1000, last_hop=True)
+    assert c.cwnd == int((10_000 - 1000) * 0.75) and c.stats()["md"] == 1
+    c.on_nack(now=0.5 * BASE, trimmed_bytes=1000, last_hop=True)  # same RTT: subtract only
+    assert c.cwnd == int((10_000 - 1000) * 0.75) - 1000 and c.stats()["md"] == 1
+    c.on_nack(now=2 * BASE, trimmed_bytes=1000, last_hop=False)  # a fabric trim: no cut
+    assert c.stats()["md"] == 1
+    c.on_nack(now=3 * BASE, trimmed_bytes=1000, last_hop=True)
+    assert c.stats()["md"] == 2
+    with pytest.raises(ValueError):
+        make(trim_md=1.0)
+
+    # A latecomer measured its base RTT through a standing queue (2.5 ms on a
+    # 0.5 ms path): a 3 ms ACK reads as 0.5 ms of queue, below a 2 ms target,
+    # and grows the window by the headroom. A trimmed header's round trip
+    # (0.6 ms: it skipped the queue) corrects the base: the same ACK then
+    # reads as 2.4 ms of queue, above the target, and meets the fair increase.
+    def latecomer(trim_base: bool) -> float:
+        c = make(target_delay=2e-3, trim_base=trim_base, trim_md=0.0,
+                 initial_window=10_000)
+        for i in range(20):
+            ack(c, i * 1e-4, 2.5e-3, plane=0)
+        c.on_nack(now=3e-3, trimmed_bytes=MTU, last_hop=True, rtt=0.6e-3, plane=trim_plane)
+        assert c.stats()["fair_inc"] == 0
+        ack(c, 4e-3, 3e-3, plane=0)
+        return c.stats()["fair_inc"]
+
+    trim_plane = 0
+    assert latecomer(True) == 1 and latecomer(False) == 0
+    trim_plane = 1  # another plane's trim does not move this plane's base
+    assert latecomer(True) == 0
 
 
 def test_window_never_exceeds_max() -> None:

@@ -147,17 +147,22 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
     fa = _get(R, "fairness", "per_stack") or {}
     if "braid" in fa:
         js = [x.get("jain_median") for x in fa["braid"].values()]
-        nr = [x.get("newcomer_worst_rtts") for x in fa["braid"].values()]
+        # timed by message arrivals where the run has it (sittings before
+        # session 8 have only the 100 ms windows' figure, whose floor is 100 ms)
+        arr = all("newcomer_share_worst_ms" in x for x in fa["braid"].values())
+        nkey = "newcomer_share_worst" if arr else "newcomer_worst"
+        nr = [x.get(nkey + "_rtts") for x in fa["braid"].values()]
         out.append(["fairness: Jain >= 0.95 once converged (median of 100 ms windows)",
                     " / ".join(_f(x) for x in js),
                     "tcp " + " / ".join(_f(x.get("jain_median"))
                                         for x in (fa.get("tcp") or {}).values()),
                     _met(None if None in js else min(js) >= 0.95)])
-        ms = [x.get("newcomer_worst_ms") for x in fa["braid"].values()]
+        ms = [x.get(nkey + "_ms") for x in fa["braid"].values()]
+        how = "by message arrivals" if arr else "by 100 ms windows"
         out.append(["fairness: a newcomer reaches 80% of its share within 50 srtt",
                     " / ".join(_f(x, 0) for x in nr) + " srtt (" +
-                    " / ".join(_f(x, 0) for x in ms) + " ms; srtt includes host delay)",
-                    "tcp " + " / ".join(_f(x.get("newcomer_worst_ms"), 0)
+                    " / ".join(_f(x, 0) for x in ms) + f" ms {how}; srtt includes host delay)",
+                    "tcp " + " / ".join(_f(x.get(nkey + "_ms"), 0)
                                         for x in (fa.get("tcp") or {}).values()) + " ms",
                     _met(None if None in nr else max(nr) <= 50)])
     co = _get(R, "compound", "per_stack", "braid")
@@ -305,11 +310,16 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
         for k, v in R["fairness"]["per_stack"].items():
             for n, x in v.items():
                 rows.append([k, n, _f(x["jain_min"]), _f(x["jain_median"]),
+                             _f(x.get("newcomer_share_worst_ms"), 0),
+                             _f(x.get("newcomer_share_worst_rtts"), 1),
                              _f(x["newcomer_worst_ms"], 0), _f(x["newcomer_worst_rtts"], 1),
                              _f(x["complete"])])
-        out.append(("fairness: flows into one host, started one after another",
-                    ["stack", "flows", "Jain min", "Jain median", "newcomer to 80% ms",
-                     "in srtts", "byte-exact"], rows))
+        out.append(("fairness: flows into one host, started one after another (the "
+                    "newcomer's worst time to 80% of its share, by message arrivals and "
+                    "by 100 ms windows)",
+                    ["stack", "flows", "Jain min", "Jain median", "newcomer ms (arrivals)",
+                     "in srtts", "newcomer ms (100 ms windows)", "in srtts", "byte-exact"],
+                    rows))
     if "gaps" in R and "per_stack" in R["gaps"]:
         rows = []
         for k, v in R["gaps"]["per_stack"]["braid"].items():

@@ -765,21 +765,31 @@ def fairness(ctx: Ctx) -> dict[str, Any]:
             conv = int((stagger * (n - 1) + 0.5) / m.BIN_S)
             jw = m.jain_windows(per_flow, conv, end)
             total = m.add_bins(per_flow)
-            newcomer = []
+            arrivals = [res.get(0, {}).get("arrivals", {}).get(str(k), [])
+                        for k in range(1, n + 1)]
+            newcomer, share = [], []
             for k in range(2, n + 1):
                 sb = int(stagger * (k - 1) / m.BIN_S)
                 nxt = int(stagger * k / m.BIN_S) if k < n else end
                 agg = sum(total[sb:nxt]) / max(1, nxt - sb) * m.WINDOW_BINS
                 t = m.time_to_share(per_flow[k - 1], sb, 0.8 * agg / k, nxt)
                 newcomer.append(None if t is None else t * m.BIN_S * 1000)
+                ts = m.time_to_share_arrivals(arrivals[k - 1], arrivals[:k],
+                                              stagger * (k - 1), nxt * m.BIN_S)
+                share.append(None if ts is None else round(ts * 1000, 1))
             srtt = _srtt_ms(res)
-            worst = None if any(x is None for x in newcomer) or not newcomer else max(
-                x for x in newcomer if x is not None)
+            worst, share_worst = (None if any(x is None for x in xs) or not xs else
+                                  max(x for x in xs if x is not None)
+                                  for xs in (newcomer, share))
             out[f"n={n}"] = {"jain_min": min(jw) if jw else None,
                              "jain_median": statistics.median(jw) if jw else None,
                              "newcomer_80pct_ms": newcomer, "newcomer_worst_ms": worst,
                              "srtt_ms": srtt, "newcomer_worst_rtts":
                              worst / srtt if worst is not None and srtt else None,
+                             # the same, timed by message arrivals (no 100 ms floor)
+                             "newcomer_share_ms": share, "newcomer_share_worst_ms": share_worst,
+                             "newcomer_share_worst_rtts": share_worst / srtt
+                             if share_worst is not None and srtt else None,
                              "complete": ok}
             series[f"{stack}/n={n}"] = per_flow
         per[stack] = out
