@@ -574,6 +574,26 @@ class Sender:
                         self._echoes.append(sack.echo_ts)
                 res.rtt = rtt
                 res.sampled = sampled
+        elif sampled is not None and sack.echo_ts and sack.echo_ts not in self._echoes:
+            # The SACK's trigger is newly acknowledged, but its echo names an
+            # older copy than the latest (resent by a tail-loss probe, or
+            # declared lost too early): that copy's round trip, timed by its
+            # own echoed send time, is unambiguous (Karn's rule is for ACKs
+            # that cannot say which copy came; cf. RFC 7323's timestamps).
+            # Its path is the SACK's plane, not the latest copy's EV. Without
+            # it a flow behind a standing queue sampled only the packets that
+            # beat its probe timer, kept an srtt of 3 ms against a 10 ms
+            # queue, and resent by tail-loss probe half of what it sent
+            # (issue 13, fairness at 25 Mbit/s).
+            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+            if sack.ack_delay:
+                rtt = self._held_out(rtt, sack.ack_delay)
+            self._echoes.append(sack.echo_ts)
+            if 0 < rtt < 60:
+                self.rtt.update(rtt)
+                if sack.plane in self.plane_rtt or len(self.plane_rtt) < 64:
+                    self._plane_sample(res, sack.plane, rtt)
+                res.rtt = rtt
         elif sack.echo_ts and sampled is None and sack.echo_ts not in self._echoes:
             # The echoed packet was acknowledged already, by a SACK that came
             # back on another, faster plane: a SACK of a slow plane always

@@ -1,0 +1,74 @@
+"""An RTT sample from a SACK whose echo names an older copy (issue 13).
+
+A flow that joined behind a standing queue (fairness at 25 Mbit/s, eight
+flows) kept an srtt of 3 ms against a 10 ms queue: its tail-loss probe fired
+after two of those, resent its newest packets, and the SACKs of the originals
+then named an older copy than the latest, so they gave no RTT sample; only
+the packets that beat the probe timer did. Half of what it sent were probe
+resends (1,697 of 2,753 packets, 0 losses by time). The echoed timestamp is
+that copy's own send time, so the sample is unambiguous: it now counts for
+the connection's srtt and for the SACK's plane, not for any EV.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transport.sender import Sender
+from wire.packets import Sack
+
+
+@dataclass(frozen=True)
+class _Ev:
+    plane: int
+    value: int
+
+
+def _sender() -> Sender:
+    return Sender(payload_size=1000, initial_rtt=1e-3, min_rto=1.0, max_rto=2.0,
+                  reorder_fraction=0.25, ack_delay=10e-6, psn_window=1 << 16)
+
+
+def _sack(ack_psn: int, echo_ts: int, ev: _Ev, cum: int = 0) -> Sack:
+    return Sack(cum, cum, 0, ack_psn, ev.value, echo_ts, 0, 0, ev.plane)
+
+
+def test_a_sack_naming_the_probed_packets_original_times_the_queue() -> None:
+    s = _sender()
+    s.enqueue(b"x" * 2000)
+    p0, p1 = (item[0] for item in (s.next_packet(), s.next_packet()) if item is not None)
+    a, b, c = _Ev(0, 1), _Ev(1, 2), _Ev(0, 3)
+    s.on_sent(p0, ev=a, ev_key=1, now=100e-6, timestamp=100)
+    s.on_sent(p1, ev=c, ev_key=3, now=101e-6, timestamp=101)
+    # a first, fast sample: srtt 1 ms
+    res = s.on_sack(_sack(1, 101, c), now=1.101e-3, now_us=1101)
+    assert res.rtt is not None and abs(s.rtt.srtt - 1e-3) < 1e-9
+    # nothing more comes back: the probe resends PSN 0 on another plane
+    assert s.on_tlp(3e-3) == [p0]
+    assert s.next_packet() is not None
+    s.on_sent(p0, ev=b, ev_key=(1 << 16) | 2, now=3e-3, timestamp=3000)
+    # the original arrives after all, 10 ms after it left: its SACK's echo
+    # names the older copy
+    res = s.on_sack(_sack(0, 100, a, cum=2), now=10.1e-3, now_us=10_100)
+    assert res.newly_acked == [p0]
+    assert res.rtt is not None and abs(res.rtt - 10e-3) < 1e-9
+    assert s.rtt.srtt > 1e-3 + 1e-3  # moved towards the queue's 10 ms
+    assert res.plane_rtt == (0, res.rtt)  # the SACK's plane: the older copy's
+    assert res.sampled is None  # no EV is credited with it
+    assert s.spurious_losses == 0  # a probe is not a loss declaration
+
+
+def test_a_repeat_of_an_echo_is_sampled_once() -> None:
+    s = _sender()
+    s.enqueue(b"x" * 1000)
+    item = s.next_packet()
+    assert item is not None
+    p0 = item[0]
+    a, b = _Ev(0, 1), _Ev(1, 2)
+    s.on_sent(p0, ev=a, ev_key=1, now=100e-6, timestamp=100)
+    assert s.on_tlp(3e-3) == [p0] and s.next_packet() is not None
+    s.on_sent(p0, ev=b, ev_key=(1 << 16) | 2, now=3e-3, timestamp=3000)
+    assert s.on_sack(_sack(0, 100, a, cum=1), now=8.1e-3, now_us=8100).rtt is not None
+    # the same echo again (a repeated SACK): nothing newly acknowledged, no sample
+    res = s.on_sack(_sack(0, 100, a, cum=1), now=9e-3, now_us=9000)
+    assert res.rtt is None and res.plane_rtt is None
