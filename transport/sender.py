@@ -166,6 +166,9 @@ class Sender:
         self._peer_hold = 0.0
         self.psn_window = psn_window
         self.rtt = RttEstimator(initial_rtt)
+        #: Every copy's round trip, also an older copy's that a SACK names
+        #: after its PSN was resent: times the tail-loss probe only (below).
+        self.every_rtt = RttEstimator(initial_rtt)
         # PSNs are unbounded integers here, 32 bits on the wire (transport.psn).
         self.next_psn = initial_psn
         self.next_msg_id = 1
@@ -565,6 +568,7 @@ class Sender:
                 rtt = self._held_out(rtt, sack.ack_delay)
             if 0 < rtt < 60:
                 self.rtt.update(rtt)
+                self.every_rtt.update(rtt)
                 if not sampled.twin:  # a twin's path is not known
                     key = (sampled.ev.plane << 16) | sampled.ev.value if sampled.ev else -1
                     old = self.ev_rtt.get(key)
@@ -580,23 +584,20 @@ class Sender:
             # declared lost too early): that copy's round trip, timed by its
             # own echoed send time, is unambiguous (Karn's rule is for ACKs
             # that cannot say which copy came; cf. RFC 7323's timestamps).
-            # Its path is the SACK's plane, not the latest copy's EV. Without
-            # it a flow behind a standing queue sampled only the packets that
-            # beat its probe timer, kept an srtt of 3 ms against a 10 ms
-            # queue, and resent by tail-loss probe half of what it sent
-            # (issue 13, fairness at 25 Mbit/s). For the timers only: not
-            # ``res.rtt`` (the controller's delay sample), since fed to NSCC
-            # the late copies of a jittery host read as its queue and cost
-            # fairness in virtual time (n = 4, unequal host jitter: Jain
-            # median 0.90-0.95 against 0.94-0.97).
+            # It times the tail-loss probe only. Without it a flow behind a
+            # standing queue sampled only the packets that beat its probe
+            # timer, kept an srtt of 3 ms against a 10 ms queue, and resent
+            # by probe half of what it sent (issue 13, fairness at 25
+            # Mbit/s). Not for the time rule, the EVs, the planes or NSCC:
+            # these samples are the late packets, and there they lengthened
+            # the compound row's stall and cost fairness under host jitter
+            # in virtual time (docs/claims.md, "Session 8").
             rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
             if sack.ack_delay:
                 rtt = self._held_out(rtt, sack.ack_delay)
             self._echoes.append(sack.echo_ts)
             if 0 < rtt < 60:
-                self.rtt.update(rtt)
-                if sack.plane in self.plane_rtt or len(self.plane_rtt) < 64:
-                    self._plane_sample(res, sack.plane, rtt)
+                self.every_rtt.update(rtt)
         elif sack.echo_ts and sampled is None and sack.echo_ts not in self._echoes:
             # The echoed packet was acknowledged already, by a SACK that came
             # back on another, faster plane: a SACK of a slow plane always
@@ -687,7 +688,9 @@ class Sender:
 
     def tlp_deadline(self) -> float | None:
         """When to send a tail-loss probe: two smoothed RTTs plus the ACK
-        delay after the later of the newest send and the last progress."""
+        delay after the later of the newest send and the last progress. The
+        smoothed RTT is the larger of ``rtt``'s and ``every_rtt``'s (which
+        also times the late copies of resent packets)."""
         # Armed even with retransmissions queued: a window of one packet (after
         # an RTO) keeps them queued behind a lost packet that nothing else
         # will ever declare lost.
@@ -695,7 +698,7 @@ class Sender:
             return None
         newest = next(reversed(self.inflight.values()))
         since = max(newest.sent_time, self.last_progress)
-        return since + 2 * self.rtt.srtt + self.ack_delay
+        return since + 2 * max(self.rtt.srtt, self.every_rtt.srtt) + self.ack_delay
 
     def on_tlp(self, now: float) -> list[SentPacket]:
         """The probe timer fired: queue the newest ``TLP_PACKETS`` packets in
