@@ -197,11 +197,11 @@ class Nscc:
         if not 0 < pervasive_marks <= 1:
             raise ValueError("pervasive_marks must be in (0, 1]")
         self.shared_marks = shared_marks
+        self.pervasive_marks = pervasive_marks
         if not 0 <= trim_md < 1:
             raise ValueError("trim_md must be in [0, 1)")
         self.trim_base = trim_base
         self.trim_md = trim_md
-        self.pervasive_marks = pervasive_marks
         # Deviation 5: the marked fraction of the last whole RTT round.
         self._round_frac = 0.0
         # Deviation 4: the fraction of bytes acked with a mark, per RTT round,
@@ -552,9 +552,11 @@ class Nscc:
         self._fi_bytes = 0.0
         self._cwnd = self._clamp(self._cwnd - trimmed_bytes)
         if last_hop and self.trim_md and now - self._last_md >= self._rtt_est():
-                self._cwnd = self._clamp(self._cwnd * (1.0 - self.trim_md))
-                self._last_md = now
-                self._counts["md"] += 1
+            # Deviation 6: AIMD's cut, once per RTT (the subtraction alone
+            # keeps any split of a queue pinned at the trim threshold).
+            self._cwnd = self._clamp(self._cwnd * (1.0 - self.trim_md))
+            self._last_md = now
+            self._counts["md"] += 1
         self._update_pacer()
 
     def on_loss(self, *, now: float, lost_bytes: int) -> None:

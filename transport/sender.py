@@ -589,9 +589,9 @@ class Sender:
             # timer, kept an srtt of 3 ms against a 10 ms queue, and resent
             # by probe half of what it sent (issue 13, fairness at 25
             # Mbit/s). Not for the time rule, the EVs, the planes or NSCC:
-            # these samples are the late packets, and there they lengthened
-            # the compound row's stall and cost fairness under host jitter
-            # in virtual time (docs/claims.md, "Session 8").
+            # these samples are the late packets (fed to NSCC they cost
+            # fairness under unequal host jitter in virtual time;
+            # docs/claims.md, "Session 8").
             rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
             if sack.ack_delay:
                 rtt = self._held_out(rtt, sack.ack_delay)
@@ -698,7 +698,12 @@ class Sender:
             return None
         newest = next(reversed(self.inflight.values()))
         since = max(newest.sent_time, self.last_progress)
-        return since + 2 * max(self.rtt.srtt, self.every_rtt.srtt) + self.ack_delay
+        # The late copies count, but never for more than half an RTO (before
+        # backoff): one copy that came back very late (or a peer's odd echo)
+        # must not hold the probe, and with it the RTO, for long.
+        rto = max(self.min_rto, self.rtt.srtt + 4 * self.rtt.rttvar + self.ack_delay)
+        srtt = max(self.rtt.srtt, min(self.every_rtt.srtt, rto / 2))
+        return since + 2 * srtt + self.ack_delay
 
     def on_tlp(self, now: float) -> list[SentPacket]:
         """The probe timer fired: queue the newest ``TLP_PACKETS`` packets in

@@ -85,3 +85,25 @@ def test_a_repeat_of_an_echo_is_sampled_once() -> None:
     # the same echo again (a repeated SACK): nothing newly acknowledged, no sample
     res = s.on_sack(_sack(0, 100, a, cum=1), now=9e-3, now_us=9000)
     assert res.rtt is None and res.plane_rtt is None and s.every_rtt.srtt == before
+
+
+def test_a_very_late_copy_holds_the_probe_for_at_most_half_an_rto() -> None:
+    s = _sender()  # min_rto 1 s
+    s.enqueue(b"x" * 1000)
+    item = s.next_packet()
+    assert item is not None
+    p0 = item[0]
+    a, b = _Ev(0, 1), _Ev(1, 2)
+    s.on_sent(p0, ev=a, ev_key=1, now=100e-6, timestamp=100)
+    assert s.on_tlp(3e-3) == [p0] and s.next_packet() is not None
+    s.on_sent(p0, ev=b, ev_key=(1 << 16) | 2, now=3e-3, timestamp=3000)
+    # the original's SACK comes 50 s late (a peer's odd echo would do the same)
+    s.on_sack(_sack(0, 100, a, cum=1), now=50.0001, now_us=50_000_100)
+    assert s.every_rtt.srtt > 40.0
+    s.enqueue(b"y" * 1000)
+    item = s.next_packet()
+    assert item is not None
+    s.on_sent(item[0], ev=a, ev_key=1, now=50.001, timestamp=100)
+    deadline = s.tlp_deadline()
+    # two srtts of at most half the 1 s RTO: within a second, not 100 s
+    assert deadline is not None and deadline <= 50.001 + 1.0 + s.ack_delay + 1e-9
