@@ -578,13 +578,18 @@ class Sender:
                         self._echoes.append(sack.echo_ts)
                 res.rtt = rtt
                 res.sampled = sampled
-        elif sampled is not None and sack.echo_ts and sack.echo_ts not in self._echoes:
+        elif sampled is not None and sampled.tlp and sack.echo_ts and \
+                sack.echo_ts not in self._echoes:
             # The SACK's trigger is newly acknowledged, but its echo names an
-            # older copy than the latest (resent by a tail-loss probe, or
-            # declared lost too early): that copy's round trip, timed by its
-            # own echoed send time, is unambiguous (Karn's rule is for ACKs
-            # that cannot say which copy came; cf. RFC 7323's timestamps).
-            # It times the tail-loss probe only. Without it a flow behind a
+            # older copy than the latest, and a tail-loss probe had resent
+            # it: the probe fired before that copy's SACK could come. The
+            # copy's round trip, timed by its own echoed send time, is
+            # unambiguous (Karn's rule is for ACKs that cannot say which
+            # copy came; cf. RFC 7323's timestamps), and it times the
+            # probe only. (Copies resent by the time rule do not count: under
+            # heavy random loss their late originals made the probe wait
+            # longer when a packet was lost again and again; the compound
+            # row, docs/claims.md "Session 8".) Without it a flow behind a
             # standing queue sampled only the packets that beat its probe
             # timer, kept an srtt of 3 ms against a 10 ms queue, and resent
             # by probe half of what it sent (issue 13, fairness at 25

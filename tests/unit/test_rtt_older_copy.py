@@ -107,3 +107,19 @@ def test_a_very_late_copy_holds_the_probe_for_at_most_half_an_rto() -> None:
     deadline = s.tlp_deadline()
     # two srtts of at most half the 1 s RTO: within a second, not 100 s
     assert deadline is not None and deadline <= 50.001 + 1.0 + s.ack_delay + 1e-9
+
+
+def test_a_late_original_of_a_time_rule_resend_leaves_the_probe_alone() -> None:
+    s = _sender()
+    s.enqueue(b"x" * 2000)
+    p0, p1 = (item[0] for item in (s.next_packet(), s.next_packet()) if item is not None)
+    a, b, c = _Ev(0, 1), _Ev(1, 2), _Ev(0, 3)
+    s.on_sent(p0, ev=a, ev_key=1, now=100e-6, timestamp=100)
+    s.on_sent(p1, ev=c, ev_key=3, now=101e-6, timestamp=101)
+    s.on_sack(_sack(1, 101, c), now=1.101e-3, now_us=1101)
+    before = s.every_rtt.srtt
+    assert s.detect_losses(5e-3) == [p0]  # the time rule, not a probe
+    assert s.next_packet() is not None
+    s.on_sent(p0, ev=b, ev_key=(1 << 16) | 2, now=5e-3, timestamp=5000)
+    s.on_sack(_sack(0, 100, a, cum=2), now=10.1e-3, now_us=10_100)  # the original, late
+    assert s.every_rtt.srtt == before and s.spurious_losses == 1
