@@ -706,8 +706,11 @@ class Sender:
         # The late copies count, but never for more than half an RTO (before
         # backoff): one copy that came back very late (or a peer's odd echo)
         # must not hold the probe, and with it the RTO, for long.
-        rto = max(self.min_rto, self.rtt.srtt + 4 * self.rtt.rttvar + self.ack_delay)
-        srtt = max(self.rtt.srtt, min(self.every_rtt.srtt, rto / 2))
+        srtt = self.rtt.srtt
+        late = self.every_rtt.srtt
+        if late > srtt:  # rare: only after a probed packet's original came back late
+            rto = max(self.min_rto, srtt + 4 * self.rtt.rttvar + self.ack_delay)
+            srtt = max(srtt, min(late, rto / 2))
         return since + 2 * srtt + self.ack_delay
 
     def on_tlp(self, now: float) -> list[SentPacket]:

@@ -33,6 +33,22 @@ def _sack(ack_psn: int, echo_ts: int, ev: _Ev, cum: int = 0) -> Sack:
     return Sack(cum, cum, 0, ack_psn, ev.value, echo_ts, 0, 0, ev.plane)
 
 
+def _probed_once() -> tuple[Sender, _Ev]:
+    """One packet sent at 0.1 ms on EV ``a`` (timestamp 100), resent by a
+    tail-loss probe at 3 ms on another plane: its original's SACK names an
+    older copy."""
+    s = _sender()
+    s.enqueue(b"x" * 1000)
+    item = s.next_packet()
+    assert item is not None
+    p0 = item[0]
+    a, b = _Ev(0, 1), _Ev(1, 2)
+    s.on_sent(p0, ev=a, ev_key=1, now=100e-6, timestamp=100)
+    assert s.on_tlp(3e-3) == [p0] and s.next_packet() is not None
+    s.on_sent(p0, ev=b, ev_key=(1 << 16) | 2, now=3e-3, timestamp=3000)
+    return s, a
+
+
 def test_a_sack_naming_the_probed_packets_original_times_the_queue() -> None:
     s = _sender()
     s.enqueue(b"x" * 2000)
@@ -70,15 +86,7 @@ def test_a_sack_naming_the_probed_packets_original_times_the_queue() -> None:
 
 
 def test_a_repeat_of_an_echo_is_sampled_once() -> None:
-    s = _sender()
-    s.enqueue(b"x" * 1000)
-    item = s.next_packet()
-    assert item is not None
-    p0 = item[0]
-    a, b = _Ev(0, 1), _Ev(1, 2)
-    s.on_sent(p0, ev=a, ev_key=1, now=100e-6, timestamp=100)
-    assert s.on_tlp(3e-3) == [p0] and s.next_packet() is not None
-    s.on_sent(p0, ev=b, ev_key=(1 << 16) | 2, now=3e-3, timestamp=3000)
+    s, a = _probed_once()
     s.on_sack(_sack(0, 100, a, cum=1), now=8.1e-3, now_us=8100)
     before = s.every_rtt.srtt
     assert before > 1e-3  # 8 ms sampled
@@ -88,15 +96,7 @@ def test_a_repeat_of_an_echo_is_sampled_once() -> None:
 
 
 def test_a_very_late_copy_holds_the_probe_for_at_most_half_an_rto() -> None:
-    s = _sender()  # min_rto 1 s
-    s.enqueue(b"x" * 1000)
-    item = s.next_packet()
-    assert item is not None
-    p0 = item[0]
-    a, b = _Ev(0, 1), _Ev(1, 2)
-    s.on_sent(p0, ev=a, ev_key=1, now=100e-6, timestamp=100)
-    assert s.on_tlp(3e-3) == [p0] and s.next_packet() is not None
-    s.on_sent(p0, ev=b, ev_key=(1 << 16) | 2, now=3e-3, timestamp=3000)
+    s, a = _probed_once()  # min_rto 1 s
     # the original's SACK comes 50 s late (a peer's odd echo would do the same)
     s.on_sack(_sack(0, 100, a, cum=1), now=50.0001, now_us=50_000_100)
     assert s.every_rtt.srtt > 40.0
