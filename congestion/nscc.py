@@ -155,6 +155,7 @@ class Nscc:
         pervasive_marks: float = 0.4,
         trim_base: bool = True,
         trim_md: float = 0.25,
+        trim_qa_rtts: float = 32.0,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
@@ -202,6 +203,9 @@ class Nscc:
             raise ValueError("trim_md must be in [0, 1)")
         self.trim_base = trim_base
         self.trim_md = trim_md
+        if trim_qa_rtts < 0:
+            raise ValueError("trim_qa_rtts must be >= 0 (0: off)")
+        self.trim_qa_rtts = trim_qa_rtts
         # Deviation 5: the marked fraction of the last whole RTT round.
         self._round_frac = 0.0
         # Deviation 4: the fraction of bytes acked with a mark, per RTT round,
@@ -224,6 +228,8 @@ class Nscc:
         self._fi_bytes = 0.0  # bytes acked with near-zero delay in a row
         self._last_md = -math.inf
         self._last_qa = -math.inf
+        # Deviation 7: when a last hop last trimmed this connection's data.
+        self._last_lh_trim = -math.inf
         self._last_signal = -math.inf
         self._hold_until = -math.inf
         # Deviation 1: has the fabric ever signalled congestion itself (an
@@ -256,6 +262,7 @@ class Nscc:
             "md": 0.0,
             "quick_adapt": 0.0,
             "quick_adapt_app_limited": 0.0,
+            "qa_trim_quiet": 0.0,
             "proportional_inc": 0.0,
             "fast_inc": 0.0,
             "fair_inc": 0.0,
@@ -479,9 +486,15 @@ class Nscc:
         self._delay = d
         self._avg_delay += self.delay_ewma * (d - self._avg_delay)
         if self._avg_delay > self.qa_delay:
-            self._quick_adapt(now)
-            if now < self._hold_until:
-                return
+            if now - self._last_lh_trim < self.trim_qa_rtts * self._rtt_est():
+                # Deviation 7: behind a trimming last hop a queue at its
+                # threshold is the fabric's design, and its trims say
+                # exactly what each flow has to give up.
+                self._counts["qa_trim_quiet"] += 1
+            else:
+                self._quick_adapt(now)
+                if now < self._hold_until:
+                    return
 
         target = self.target_delay
         marked = sample.ecn or (self._delay_is_mark and d >= target)
@@ -551,6 +564,8 @@ class Nscc:
         self._delay_is_mark = False
         self._fi_bytes = 0.0
         self._cwnd = self._clamp(self._cwnd - trimmed_bytes)
+        if last_hop:
+            self._last_lh_trim = now
         if last_hop and self.trim_md and now - self._last_md >= self._rtt_est():
             # Deviation 6: AIMD's cut, once per RTT (the subtraction alone
             # keeps any split of a queue pinned at the trim threshold).

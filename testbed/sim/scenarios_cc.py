@@ -286,6 +286,7 @@ def scenario_app_limited(*, client: Client = "paced", loss: float = 0.01,
 def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: int = 12,
                            turnaround: float = 1e-3, trim: bool = True, seed: int = 24,
                            jitter: float = 0.0, victim: bool = False,
+                           plane_rate: float = PLANE_RATE,
                            **cfg_kw: Any) -> dict[str, Any]:
     """The claims bench's incast row in virtual time: ``senders`` hosts send
     ``size`` bytes each to one receiver in synchronised bursts; the receiver
@@ -306,18 +307,18 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
     the same fabric, seed and span, no incast), ``victim_fair`` what a
     fair share of the last hop would give it (alone between bursts, 1/(N+1)
     during them)."""
-    up = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10)
-    sp = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
-    dn = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10,
+    up = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10)
+    sp = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
+    dn = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10,
                   trim_threshold=(32 << 10) if trim else None)
     hosts = (*(f"a{i}" for i in range(senders)), *(("v",) if victim else ()), "r")
-    fab = make_fabric(planes=2, spines=2, rate=PLANE_RATE, uplink=up, spine=sp, downlink=dn,
+    fab = make_fabric(planes=2, spines=2, rate=plane_rate, uplink=up, spine=sp, downlink=dn,
                       seed=seed, hosts=hosts)
     if jitter:
         for h in hosts:
             for p in range(2):
                 fab.link("uplink", h, p).jitter = jitter
-    cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed, **cfg_kw)
+    cfg = host_config(fab, plane_rate=plane_rate, seed=seed, **cfg_kw)
     sim = Simulator(fab)
     pairs = [connect_pair(sim, f"a{i}", "r", config=replace(cfg, seed=seed * 100 + i),
                           cids=(10 + i, 100 + i)) for i in range(senders)]
@@ -367,7 +368,7 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
     sim.at(sim.now + 1e-3, release)
     sim.run(until=sim.now + 2.0 * bursts, done=lambda: len(ends) >= bursts,
             max_events=50_000_000)
-    ideal = senders * size / (2 * PLANE_RATE * payload_fraction(cfg.payload_size))
+    ideal = senders * size / (2 * plane_rate * payload_fraction(cfg.payload_size))
     ratios = [(e - r) / ideal for r, e in zip(releases, ends, strict=False)]
     snd = [a.conn.sender for a, _ in pairs]
     vic: dict[str, Any] = {}
@@ -375,10 +376,11 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
         t0, t1 = releases[0], ends[-1]
         got_v = sum(64 << 10 for t, _, _ in vpair[1].delivered if t0 <= t <= t1)
         rate_v = got_v / (t1 - t0)
-        alone = _victim_alone(cfg, jitter=jitter, trim=trim, seed=seed, span=t1 - t0)
+        alone = _victim_alone(cfg, jitter=jitter, trim=trim, seed=seed, span=t1 - t0,
+                              plane_rate=plane_rate)
         busy = sum(e - r for r, e in zip(releases, ends, strict=False))
         vic = {"victim_goodput": rate_v, "victim_alone": alone,
-               "victim_capacity": 2 * PLANE_RATE * payload_fraction(cfg.payload_size),
+               "victim_capacity": 2 * plane_rate * payload_fraction(cfg.payload_size),
                "victim_ratio": rate_v / alone if alone else math.nan,
                "victim_fair": ((t1 - t0 - busy) + busy / (senders + 1)) / (t1 - t0),
                "victim_md": vpair[0].conn.cc.stats().get("md", 0.0),
@@ -392,6 +394,8 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
         "p50": statistics.median(ratios) if ratios else math.inf,
         "p100": max(ratios, default=math.inf),
         "rtos": sum(s.rto_events for s in snd),
+        "quick_adapts": sum(a.conn.cc.stats().get("quick_adapt", 0.0) for a, _ in pairs),
+        "mds": sum(a.conn.cc.stats().get("md", 0.0) for a, _ in pairs),
         "nacks": sum(s.nacks for s in snd),
         "retransmissions": sum(s.retransmissions for s in snd),
         "trims": sum(ln.trimmed for ln in fab.links()),
@@ -421,14 +425,15 @@ def _victim_stream(sim: Simulator, va: Peer, start: float, going: Callable[[], b
     sim.at(start, vstart)
 
 
-def _victim_alone(cfg: Any, *, jitter: float, trim: bool, seed: int, span: float) -> float:
+def _victim_alone(cfg: Any, *, jitter: float, trim: bool, seed: int, span: float,
+                  plane_rate: float = PLANE_RATE) -> float:
     """``scenario_incast_bursts``' victim stream with no incast: its goodput
     over ``span`` s on the same fabric (bytes/s)."""
-    up = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10)
-    sp = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
-    dn = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10,
+    up = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10)
+    sp = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
+    dn = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10,
                   trim_threshold=(32 << 10) if trim else None)
-    fab = make_fabric(planes=2, spines=2, rate=PLANE_RATE, uplink=up, spine=sp, downlink=dn,
+    fab = make_fabric(planes=2, spines=2, rate=plane_rate, uplink=up, spine=sp, downlink=dn,
                       seed=seed, hosts=("v", "r"))
     if jitter:
         for h in ("v", "r"):

@@ -276,6 +276,57 @@ def test_quick_adapt_on_sustained_delay_but_not_on_one_late_packet() -> None:
     assert c.cwnd < 10_000
 
 
+
+def test_no_quick_adapt_on_delay_behind_a_trimming_last_hop() -> None:
+    """Deviation 7 (issue 13, the incast at 25 Mbit/s a plane): a last hop
+    that trims at 32 KB holds a 10 ms queue at that rate, above QuickAdapt's
+    8 ms, and a flow whose few ACKs came in late was cut to one packet and
+    starved for the rest of the burst (p100 1.27x). Within ``trim_qa_rtts``
+    RTTs of a last-hop trim the delay trigger stays quiet; a loss still
+    adapts; a fabric trim, or a last hop quiet for long, leaves UEC's rule."""
+
+    def sustained_delay(c: Nscc, t: float) -> float:
+        # A queue that stays, and little gets through (as in the test above).
+        ack(c, t, BASE, acked=10)
+        block(c)
+        for _ in range(60):
+            t += 1e-4
+            ack(c, t, BASE + 5e-3, acked=10)
+        return t
+
+    # The rule as UEC has it: QuickAdapt cuts.
+    c = make()
+    sustained_delay(c, 0.0)
+    assert c.stats()["quick_adapt"] == 1 and c.cwnd < 10_000
+    # A last-hop trim just before: the trims say what to cut, not the delay.
+    c = make(trim_md=0.0)
+    c.on_nack(now=0.0, trimmed_bytes=MTU, last_hop=True)
+    w = c.cwnd
+    t = sustained_delay(c, 1e-4)
+    assert c.stats()["quick_adapt"] == 0 and c.cwnd >= w
+    # A loss is still a collapse to adapt to.
+    block(c)
+    c.on_loss(now=t + 1e-4, lost_bytes=MTU)
+    assert c.stats()["quick_adapt"] == 1
+    # A fabric trim (imbalance, not the last hop) does not silence it.
+    c = make(trim_md=0.0)
+    c.on_nack(now=0.0, trimmed_bytes=MTU, last_hop=False)
+    sustained_delay(c, 1e-4)
+    assert c.stats()["quick_adapt"] == 1
+    # Nor does a last-hop trim more than trim_qa_rtts RTTs ago (the srtt
+    # here is 6 ms after the samples: 32 x 6 ms).
+    c = make(trim_md=0.0)
+    c.on_nack(now=0.0, trimmed_bytes=MTU, last_hop=True)
+    sustained_delay(c, 0.5)
+    assert c.stats()["quick_adapt"] == 1
+    # trim_qa_rtts 0 is UEC's rule.
+    c = make(trim_md=0.0, trim_qa_rtts=0.0)
+    c.on_nack(now=0.0, trimmed_bytes=MTU, last_hop=True)
+    sustained_delay(c, 1e-4)
+    assert c.stats()["quick_adapt"] == 1
+    with pytest.raises(ValueError):
+        make(trim_qa_rtts=-1.0)
+
 # -- Braid's deviation: a fabric that never marks -------------------------------------
 
 

@@ -420,7 +420,8 @@ COUNTERS = ("packets_sent", "retransmissions", "rtos", "nacks_received", "probes
             "bytes_acked", "bytes_received", "lost_by_rto", "spurious_losses",
             "lost_by_time", "lost_by_ev_order", "twin_resends")
 #: NSCC's decision counters, also differences (``cc_`` in the report).
-CC_COUNTERS = ("md", "quick_adapt", "fair_inc", "proportional_inc", "fast_inc", "timeouts")
+CC_COUNTERS = ("md", "quick_adapt", "qa_trim_quiet", "fair_inc", "proportional_inc", "fast_inc",
+               "timeouts")
 
 
 async def amain(spec: dict[str, Any]) -> dict[str, Any]:
