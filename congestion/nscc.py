@@ -98,6 +98,13 @@ scenarios that motivate each):
    NACK's round trip (``on_nack(rtt=..., plane=...)``) lowers that plane's
    base RTT (``trim_base``): a latecomer that measured its base through the
    standing queue otherwise reads the queue as headroom.
+7. No QuickAdapt on delay behind a trimming last hop. Within
+   ``trim_qa_rtts`` RTTs of a last-hop trim of this connection's data the
+   delay trigger of QuickAdapt is skipped (loss and timeout still adapt):
+   that queue is bounded by the trim threshold, which may sit above
+   ``qa_delay`` (32 KB at 25 Mbit/s is 10.5 ms), and its trims size each
+   flow's cut; on delay, QuickAdapt cut whichever flow's ACKs came in late
+   to one packet and starved it for the rest of an incast burst.
 """
 
 from __future__ import annotations
