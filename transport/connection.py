@@ -21,6 +21,7 @@ from congestion.base import AckSample
 from transport.config import ConnectionConfig
 from transport.conn_state import TERMINAL, ConnEvent, ConnState, next_state
 from transport.datagram import RxInfo, TxPath
+from transport.ev_state import EvState
 from transport.events import (
     ConnectionClosed,
     ConnectionEstablished,
@@ -309,8 +310,15 @@ class Connection:
         plane %= self.config.planes
         evs = self.paths.ev_set.plane_evs(plane)
         self._ctl_rr += 1
-        return TxPath(plane, evs[(self._ctl_rr // self.paths.spray_run) % len(evs)].value,
-                      Dscp.CONTROL)
+        n = len(evs)
+        i = (self._ctl_rr // self.paths.spray_run) % n
+        # Not on an EV our own data there found dead (a dead spine of the
+        # plane: the same source port hashes the same way), if any is left.
+        for k in range(n):
+            ev = evs[(i + k) % n]
+            if ev.state is not EvState.ASSUMED_BAD and ev.state is not EvState.DENIED:
+                return TxPath(plane, ev.value, Dscp.CONTROL)
+        return TxPath(plane, evs[i].value, Dscp.CONTROL)
 
     # -- input -------------------------------------------------------------------
 

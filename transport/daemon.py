@@ -407,6 +407,7 @@ class Daemon:
         self._started = time.monotonic()
         self._roles: dict[int, str] = {}
         self._cwnd: dict[int, int] = {}
+        self._rtos: dict[int, int] = {}
         self.messages_delivered = 0
         self._keylog: IO[str] | None = None
         self.bytes_delivered = 0
@@ -638,7 +639,9 @@ class Daemon:
         p.ready = None
 
     async def _sample_cwnd(self) -> None:
-        """cwnd into the qlog every 10 ms (when it changed)."""
+        """cwnd into the qlog every 10 ms (when it changed), and the
+        retransmission timeouts since the last sample (``rto``: the peer, the
+        connection's count, what was in flight and where, the RTT then)."""
         while not self.io.closed and self.qlog is not None:
             now = self.io.now()
             for c in self.endpoint.connections.values():
@@ -648,6 +651,14 @@ class Daemon:
                     self.qlog.event(now, "cwnd", cwnd=w,
                                     inflight=c.sender.bytes_in_flight, pacing_rate=None,
                                     plane=None)
+                s = c.sender
+                if s.rto_events != self._rtos.get(c.local_cid, 0):
+                    self._rtos[c.local_cid] = s.rto_events
+                    self.qlog.event(now, "rto", peer=str(self.endpoint.peer_of(c)),
+                                    rtos=s.rto_events, lost_by_rto=s.lost_by_rto,
+                                    tlp_probes=s.tlp_probes, srtt=s.rtt.srtt, rto=s.rto(),
+                                    inflight=s.bytes_in_flight,
+                                    parked=c.paths.parked_planes())
             await asyncio.sleep(0.01)
 
     # -- connections on demand ---------------------------------------------------------------

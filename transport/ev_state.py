@@ -183,6 +183,10 @@ class _Plane:
     probe_cursor: int = 0
     parks: int = 0
     parked_at: float = -math.inf
+    #: EVs (by index) that were ASSUMED_BAD on their own evidence when the
+    #: plane was parked: still bad when it comes back (a dead spine of a
+    #: plane whose other spines work), unless they are most of the plane.
+    bad_at_park: frozenset[int] = frozenset()
     #: Smoothed RTT of this plane's own samples (None: none yet). Planes are
     #: independent fabrics: one 4x slower than the others must not look
     #: silent by the connection's (mixed) RTT (issue 13).
@@ -678,6 +682,7 @@ class EvSet:
                                plane.heard_srtt or self.srtt))
 
     def _park(self, plane: _Plane, now: float, cause: str = "silence") -> None:
+        plane.bad_at_park = frozenset(ev.index for ev in plane.evs if ev.state is ASSUMED_BAD)
         plane.state = PlaneState.PARKED
         plane.parks += 1
         if len(self.park_log) < 4096:
@@ -714,7 +719,7 @@ class EvSet:
                 self._probing[ev.index] = ev
                 return
 
-    def _unpark(self, plane: _Plane, now: float) -> None:
+    def _unpark(self, plane: _Plane, now: float, answered: Ev | None = None) -> None:
         plane.state = PlaneState.UP
         self._log_plane(now, plane, "up", "probe")
         plane.last_heard = now
@@ -728,6 +733,22 @@ class EvSet:
         for ev in plane.evs:
             self._apply(ev, EvEvent.PLANE_UP)
             self._stop_probing(ev)
+        # The EVs that had lost packets on their own before the park stay
+        # ASSUMED_BAD and are probed one by one: a plane parked for silence
+        # at the end of a burst whose last packets went to its dead spine
+        # would otherwise spray on that spine again after every unpark
+        # (issue 13: the invisibility row's spine reboot parked and
+        # unparked plane 0 every 5-140 ms for 500 ms). A plane most of
+        # whose EVs were bad died as a whole: it comes back whole.
+        bad = plane.bad_at_park
+        plane.bad_at_park = frozenset()
+        active = sum(1 for ev in plane.evs if ev.state is not DENIED)
+        keep = [ev for ev in plane.evs
+                if ev.index in bad and ev is not answered and ev.state is GOOD]
+        if keep and len(keep) < self.plane_bad_fraction * active - 1:
+            for ev in keep:
+                self._apply(ev, EvEvent.LOSS)
+                self._start_probing(ev, now, self.probe_initial)
 
     # -- probing -----------------------------------------------------------------
 
@@ -783,7 +804,7 @@ class EvSet:
         ev.last_acked = now
         plane = self._planes[ev.plane]
         if plane.state is PlaneState.PARKED:
-            self._unpark(plane, now)
+            self._unpark(plane, now, ev)
             # The receiver answered a send of now - rtt: evidence against
             # planes silent since before it.
             if rtt is not None and now - rtt > self._newest_answer:
