@@ -709,8 +709,7 @@ class Sender:
         srtt = self.rtt.srtt
         late = self.every_rtt.srtt
         if late > srtt:  # rare: only after a probed packet's original came back late
-            rto = max(self.min_rto, srtt + 4 * self.rtt.rttvar + self.ack_delay)
-            srtt = max(srtt, min(late, rto / 2))
+            srtt = max(srtt, min(late, self._rto_base() / 2))
         return since + 2 * srtt + self.ack_delay
 
     def on_tlp(self, now: float) -> list[SentPacket]:
@@ -738,9 +737,12 @@ class Sender:
             self.tlp_probes += 1
         return out
 
+    def _rto_base(self) -> float:
+        """The RTO before backoff."""
+        return max(self.min_rto, self.rtt.srtt + 4 * self.rtt.rttvar + self.ack_delay)
+
     def rto(self) -> float:
-        base = max(self.min_rto, self.rtt.srtt + 4 * self.rtt.rttvar + self.ack_delay)
-        return min(self.max_rto, base * (1 << self.rto_backoff))
+        return min(self.max_rto, self._rto_base() * (1 << self.rto_backoff))
 
     def rto_deadline(self) -> float | None:
         """The RTO waits for the tail-loss probes still allowed (as RACK-TLP

@@ -283,6 +283,25 @@ def scenario_app_limited(*, client: Client = "paced", loss: float = 0.01,
                       setup=setup if dark > 0 else None)
 
 
+def claims_fabric(hosts: tuple[str, ...], *, plane_rate: float = PLANE_RATE, seed: int = 24,
+                  jitter: float = 0.0, trim: bool = True) -> Fabric:
+    """The claims bench's fabric in virtual time: 2 planes x 2 spines at
+    ``plane_rate``, 256 KB buffers, spine ports marking ECN above 16 KB, last
+    hops trimming above 32 KB (``trim`` False: tail drop); ``jitter``: every
+    host's sends late by [0, jitter) s (a busy event loop)."""
+    up = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10)
+    sp = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
+    dn = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10,
+                  trim_threshold=(32 << 10) if trim else None)
+    fab = make_fabric(planes=2, spines=2, rate=plane_rate, uplink=up, spine=sp, downlink=dn,
+                      seed=seed, hosts=hosts)
+    if jitter:
+        for h in hosts:
+            for p in range(2):
+                fab.link("uplink", h, p).jitter = jitter
+    return fab
+
+
 def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: int = 12,
                            turnaround: float = 1e-3, trim: bool = True, seed: int = 24,
                            jitter: float = 0.0, victim: bool = False,
@@ -307,17 +326,8 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
     the same fabric, seed and span, no incast), ``victim_fair`` what a
     fair share of the last hop would give it (alone between bursts, 1/(N+1)
     during them)."""
-    up = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10)
-    sp = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
-    dn = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10,
-                  trim_threshold=(32 << 10) if trim else None)
     hosts = (*(f"a{i}" for i in range(senders)), *(("v",) if victim else ()), "r")
-    fab = make_fabric(planes=2, spines=2, rate=plane_rate, uplink=up, spine=sp, downlink=dn,
-                      seed=seed, hosts=hosts)
-    if jitter:
-        for h in hosts:
-            for p in range(2):
-                fab.link("uplink", h, p).jitter = jitter
+    fab = claims_fabric(hosts, plane_rate=plane_rate, seed=seed, jitter=jitter, trim=trim)
     cfg = host_config(fab, plane_rate=plane_rate, seed=seed, **cfg_kw)
     sim = Simulator(fab)
     pairs = [connect_pair(sim, f"a{i}", "r", config=replace(cfg, seed=seed * 100 + i),
@@ -429,16 +439,7 @@ def _victim_alone(cfg: Any, *, jitter: float, trim: bool, seed: int, span: float
                   plane_rate: float = PLANE_RATE) -> float:
     """``scenario_incast_bursts``' victim stream with no incast: its goodput
     over ``span`` s on the same fabric (bytes/s)."""
-    up = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10)
-    sp = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
-    dn = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10,
-                  trim_threshold=(32 << 10) if trim else None)
-    fab = make_fabric(planes=2, spines=2, rate=plane_rate, uplink=up, spine=sp, downlink=dn,
-                      seed=seed, hosts=("v", "r"))
-    if jitter:
-        for h in ("v", "r"):
-            for p in range(2):
-                fab.link("uplink", h, p).jitter = jitter
+    fab = claims_fabric(("v", "r"), plane_rate=plane_rate, seed=seed, jitter=jitter, trim=trim)
     sim = Simulator(fab)
     va, vb = connect_pair(sim, "v", "r", config=replace(cfg, seed=seed * 100 + 99),
                           cids=(90, 190))

@@ -21,9 +21,8 @@ import statistics
 from typing import Any
 
 from testbed.sim.driver import Simulator
-from testbed.sim.fabric import LinkSpec
-from testbed.sim.scenarios import Peer, _establish, connect_pair, make_fabric
-from testbed.sim.scenarios_cc import PLANE_RATE, host_config
+from testbed.sim.scenarios import Peer, _establish, connect_pair
+from testbed.sim.scenarios_cc import PLANE_RATE, claims_fabric, host_config
 from transport.events import Event, MessageAcked
 
 #: Outage window (seconds after the first step) and run length.
@@ -38,15 +37,7 @@ def scenario_spine_reboot(*, seed: int = 1, jitter: float = 1e-3, size: int = 12
     ``jitter``: every host's sends late by [0, jitter) s (a busy event loop).
     ``two_way`` False: only ``a`` sends (``b``'s SACKs then know nothing of
     the dead spine)."""
-    up = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10)
-    sp = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
-    dn = LinkSpec(rate=PLANE_RATE, delay=5e-6, buffer=256 << 10, trim_threshold=32 << 10)
-    fab = make_fabric(planes=2, spines=2, rate=PLANE_RATE, uplink=up, spine=sp, downlink=dn,
-                      seed=seed, hosts=("a", "b"))
-    if jitter:
-        for h in ("a", "b"):
-            for p in range(2):
-                fab.link("uplink", h, p).jitter = jitter
+    fab = claims_fabric(("a", "b"), seed=seed, jitter=jitter)
     cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed)
     sim = Simulator(fab)
     a, b = connect_pair(sim, "a", "b", config=cfg, cids=(1, 2))
