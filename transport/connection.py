@@ -316,6 +316,10 @@ class Connection:
         # plane: the same source port hashes the same way), if any is left.
         for k in range(n):
             ev = evs[(i + k) % n]
+            if ev.state is EvState.GOOD:
+                return TxPath(plane, ev.value, Dscp.CONTROL)
+        for k in range(n):
+            ev = evs[(i + k) % n]
             if ev.state is not EvState.ASSUMED_BAD and ev.state is not EvState.DENIED:
                 return TxPath(plane, ev.value, Dscp.CONTROL)
         return TxPath(plane, evs[i].value, Dscp.CONTROL)
@@ -545,6 +549,9 @@ class Connection:
             if p.lost_plane >= 0:
                 self.paths.on_late(p.lost_plane)
                 p.lost_plane = -1
+            if p.lost_ev is not None:
+                self.paths.on_late_ev(p.lost_ev, now)
+                p.lost_ev = None
             if p.cc_lost:
                 spurious += p.length
                 p.cc_lost = False

@@ -43,6 +43,9 @@ class EvEvent(enum.Enum):
     #: The whole plane looks dead: parked with all its EVs.
     PLANE_DOWN = "plane_down"
     PROBE_OK = "probe_ok"
+    #: A packet declared lost on the EV was acknowledged after all: the path
+    #: forwards, slowly (a standing queue on one spine, not a dead one).
+    LATE_ACK = "late_ack"
     #: A probe answered on the EV's parked plane: the plane is back.
     PLANE_UP = "plane_up"
     #: The rotation wrapped: skipped EVs get another chance.
@@ -66,6 +69,7 @@ TRANSITIONS: dict[tuple[EvState, EvEvent], EvState] = {
     (S.SKIP, E.PLANE_DOWN): S.ASSUMED_BAD,
     (S.SKIP, E.DENY): S.DENIED,
     (S.ASSUMED_BAD, E.PROBE_OK): S.GOOD,
+    (S.ASSUMED_BAD, E.LATE_ACK): S.SKIP,
     (S.ASSUMED_BAD, E.PLANE_UP): S.GOOD,
     (S.ASSUMED_BAD, E.DENY): S.DENIED,
     (S.DENIED, E.ALLOW): S.GOOD,
@@ -117,6 +121,9 @@ class Ev:
     probe_interval: float = 0.0
     #: Rotations this EV stays skipped (set on entering SKIP).
     skip_left: int = 0
+    #: Skips since its last unmarked ACK: each doubles the next skip's length
+    #: (a spine with a standing queue, found again every time a skip ends).
+    skip_strikes: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -137,6 +144,9 @@ class Ev:
 
 GOOD = EvState.GOOD
 SKIP = EvState.SKIP
+#: A skip lasts ``skip_rotations`` doubled once per earlier skip since the
+#: EV's last unmarked ACK, at most this many times (16x).
+SKIP_MAX_DOUBLINGS = 4
 #: A plane is silent after this many smoothed RTTs (plus the ACK delay)
 #: without an answer to its oldest unanswered send.
 PLANE_SILENCE_RTTS = 3.0
@@ -338,7 +348,8 @@ class EvSet:
         if len(self.changes) < 65536:
             self.changes.append((ev, old, new))
         if new is SKIP:
-            ev.skip_left = self.skip_rotations
+            ev.skip_left = self.skip_rotations << min(ev.skip_strikes, SKIP_MAX_DOUBLINGS)
+            ev.skip_strikes += 1
             self._skipped.append(ev)
         if old is ASSUMED_BAD:
             self._stop_probing(ev)
@@ -455,6 +466,8 @@ class EvSet:
         if ecn:
             ev.ecn_marks += 1
             self._apply(ev, EvEvent.ECN_ACK)
+        elif ev.skip_strikes and ev.state is GOOD:
+            ev.skip_strikes = 0
 
     def on_acks(self, ev: Ev, now: float, n: int, rtt: float | None, sent: float) -> None:
         """``on_ack`` (no ECN mark) for ``n`` packets of ``ev``, the newest
@@ -465,6 +478,8 @@ class EvSet:
         ev.last_acked = now
         self._rtt_sample(ev, rtt)
         self._heard(ev, now, sent)
+        if ev.skip_strikes and ev.state is GOOD:
+            ev.skip_strikes = 0
 
     def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
         # The trimmed header crossed the plane and the NACK came back: the
@@ -485,6 +500,14 @@ class EvSet:
         if self._apply(ev, EvEvent.LOSS) and plane.state is PlaneState.UP:
             self._start_probing(ev, now, self.probe_initial)
         self.on_plane_loss(ev, now, now if sent is None else sent)
+
+    def on_late(self, ev: Ev, now: float) -> None:
+        """A packet declared lost on ``ev`` was acknowledged after all: an EV
+        condemned for such losses is slow, not dead. It is skipped (for
+        ``skip_rotations``) rather than probed back to GOOD: a probe rides the
+        control queue past a standing data queue, so its answer would bring
+        the slow path straight back into the rotation."""
+        self._apply(ev, EvEvent.LATE_ACK)
 
     def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
         """A packet sent on ``ev`` at ``sent`` was declared lost. Too weak to

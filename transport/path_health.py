@@ -139,6 +139,7 @@ class PathHealth:
             if ev is None:
                 continue
             p.lost_plane = ev.plane
+            p.lost_ev = ev
             # An answer to an *older* packet arriving after this one left
             # proves nothing about the plane since; only a newer one does.
             silent = ev_set.plane_answered_sent(ev.plane) < p.sent_time

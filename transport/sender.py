@@ -83,6 +83,8 @@ class SentPacket:
     #: The plane the latest loss declaration was charged to (-1: none), so
     #: that a copy acknowledged after all can take it back.
     lost_plane: int = -1
+    #: The EV that latest loss declaration was charged to (None: none).
+    lost_ev: Any = None
     #: Was its latest loss reported to the congestion controller (so that a
     #: copy acknowledged after all can take it back there too)?
     cc_lost: bool = False

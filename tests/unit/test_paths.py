@@ -101,6 +101,55 @@ def test_skip_lasts_skip_rotations() -> None:
     assert marked.state is GOOD and marked in later
 
 
+def test_a_skip_doubles_while_the_ev_keeps_being_marked() -> None:
+    # A hot spine marks the EV again as soon as its skip ends: the next skip
+    # is twice as long (up to 16x), until an unmarked ACK forgives it.
+    p = SprayPolicy(planes=1, evs_per_plane=4, seed=5, skip_rotations=2)
+    hot = p.evs[0]
+
+    def rotations_skipped() -> int:
+        n = 0
+        while hot.state is SKIP:
+            p.ev_set.end_rotation()
+            n += 1
+            assert n < 100
+        return n
+
+    lengths = []
+    for _ in range(6):
+        p.on_ack(hot, 0.0, ecn=True, rtt=RTT)
+        lengths.append(rotations_skipped())
+    assert lengths == [2, 4, 8, 16, 32, 32]
+    p.on_ack(hot, 0.0, ecn=False, rtt=RTT)  # a clean ACK: back to the short skip
+    p.on_ack(hot, 0.0, ecn=True, rtt=RTT)
+    assert rotations_skipped() == 2
+    p.on_acks(hot, 0.0, 8, None, 0.0)  # a clean run, acknowledged at once, too
+    p.on_ack(hot, 0.0, ecn=True, rtt=RTT)
+    assert rotations_skipped() == 2
+    # And the rotation itself keeps it out meanwhile.
+    p.on_ack(hot, 0.0, ecn=True, rtt=RTT)
+    assert all(p.next_ev(0.0) is not hot for _ in range(3 * 3))
+
+
+def test_a_late_ack_turns_a_condemned_ev_into_a_skipped_one() -> None:
+    # Its packets were declared lost and then acknowledged: the EV forwards,
+    # slowly. A probe (control queue) would bring it straight back; a skip
+    # keeps data off it, and a second offence skips it twice as long.
+    p = SprayPolicy(planes=1, evs_per_plane=4, seed=5, skip_rotations=2)
+    slow = p.evs[1]
+    p.on_loss(slow, 0.0)
+    assert slow.state is BAD and slow.next_probe is not None
+    p.on_late_ev(slow, 0.02)
+    assert slow.state is SKIP and slow.next_probe is None
+    assert slow.skip_left == 2
+    p.on_late_ev(slow, 0.03)  # late while skipped: nothing more to say
+    assert slow.state is SKIP and slow.skip_left == 2
+    good = p.evs[2]
+    p.on_late_ev(good, 0.03)  # one late packet on a GOOD EV is reordering
+    assert good.state is GOOD
+    assert next_state(BAD, EvEvent.LATE_ACK) is SKIP
+
+
 def test_all_skipped_ends_rotation_early() -> None:
     p = SprayPolicy(planes=1, evs_per_plane=2)
     for ev in p.evs:
