@@ -550,7 +550,8 @@ class Connection:
                 self.paths.on_late(p.lost_plane)
                 p.lost_plane = -1
             if p.lost_ev is not None:
-                self.paths.on_late_ev(p.lost_ev, now)
+                self.paths.on_late_ev(p.lost_ev, now,
+                                      res.late_rtt if p is res.late_echo else None)
                 p.lost_ev = None
             if p.cc_lost:
                 spurious += p.length

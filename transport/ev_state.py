@@ -64,6 +64,7 @@ TRANSITIONS: dict[tuple[EvState, EvEvent], EvState] = {
     (S.GOOD, E.LOSS): S.ASSUMED_BAD,
     (S.GOOD, E.PLANE_DOWN): S.ASSUMED_BAD,
     (S.GOOD, E.DENY): S.DENIED,
+    (S.GOOD, E.LATE_ACK): S.SKIP,
     (S.SKIP, E.ROTATION_WRAP): S.GOOD,
     (S.SKIP, E.LOSS): S.ASSUMED_BAD,
     (S.SKIP, E.PLANE_DOWN): S.ASSUMED_BAD,
@@ -144,6 +145,8 @@ class Ev:
 
 GOOD = EvState.GOOD
 SKIP = EvState.SKIP
+#: A late copy this many smoothed RTTs old skips a GOOD EV (``on_late``).
+LATE_RTTS = 4.0
 #: A skip lasts ``skip_rotations`` doubled once per earlier skip since the
 #: EV's last unmarked ACK, at most this many times (16x).
 SKIP_MAX_DOUBLINGS = 4
@@ -501,13 +504,16 @@ class EvSet:
             self._start_probing(ev, now, self.probe_initial)
         self.on_plane_loss(ev, now, now if sent is None else sent)
 
-    def on_late(self, ev: Ev, now: float) -> None:
-        """A packet declared lost on ``ev`` was acknowledged after all: an EV
-        condemned for such losses is slow, not dead. It is skipped (for
-        ``skip_rotations``) rather than probed back to GOOD: a probe rides the
-        control queue past a standing data queue, so its answer would bring
-        the slow path straight back into the rotation."""
-        self._apply(ev, EvEvent.LATE_ACK)
+    def on_late(self, ev: Ev, now: float, rtt: float | None = None) -> None:
+        """A packet declared lost on ``ev`` was acknowledged after all, its
+        round trip ``rtt`` if known: an EV condemned for such losses is
+        slow, not dead. It is skipped (for ``skip_rotations``) rather than
+        probed back to GOOD: a probe rides the control queue past a standing
+        data queue, so its answer would bring the slow path straight back
+        into the rotation. A GOOD EV is skipped too when the copy took more
+        than ``LATE_RTTS`` smoothed RTTs (a standing queue, not reordering)."""
+        if ev.state is ASSUMED_BAD or (rtt is not None and rtt > LATE_RTTS * self.srtt):
+            self._apply(ev, EvEvent.LATE_ACK)
 
     def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
         """A packet sent on ``ev`` at ``sent`` was declared lost. Too weak to

@@ -304,9 +304,10 @@ class PathPolicy:
         earlier copy was only late): nothing to undo here; the plane shares
         take the loss back."""
 
-    def on_late_ev(self, ev: Ev, now: float) -> None:
-        """The same, for the EV the late copy took (``EvSet.on_late``)."""
-        self.ev_set.on_late(ev, now)
+    def on_late_ev(self, ev: Ev, now: float, rtt: float | None = None) -> None:
+        """The same, for the EV the late copy took, with that copy's round
+        trip if the SACK timed it (``EvSet.on_late``)."""
+        self.ev_set.on_late(ev, now, rtt)
 
     def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
         """A round trip through ``plane`` (a SACK's echo)."""

@@ -128,6 +128,10 @@ class AckResult:
     #: Packets declared lost and acknowledged after all (their first copy
     #: was only late).
     late: list[SentPacket] = field(default_factory=list)
+    #: The one of ``late`` whose late copy the SACK echoes, and that copy's
+    #: round trip (how late it was; the others' are not known).
+    late_echo: SentPacket | None = None
+    late_rtt: float = 0.0
 
 
 class RttEstimator:
@@ -469,6 +473,15 @@ class Sender:
         self.bytes_acked += nbytes
         res.acked_bytes += nbytes
 
+    def _late_echo(self, res: AckResult, p: SentPacket, sack: Sack, now_us: int) -> None:
+        """``p`` is late and the SACK echoes its late copy: time that copy."""
+        if sack.echo_ts:
+            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+            if sack.ack_delay:
+                rtt = self._held_out(rtt, sack.ack_delay)
+            if 0 < rtt < 60:
+                res.late_echo, res.late_rtt = p, rtt
+
     def _plane_sample(self, res: AckResult, plane: int, rtt: float) -> None:
         old = self.plane_rtt.get(plane)
         self.plane_rtt[plane] = rtt if old is None else 0.875 * old + 0.125 * rtt
@@ -521,6 +534,8 @@ class Sender:
             self._ack(p, res, sack.echo_ts)
         elif (p := lost.get(ack_psn)) is not None:
             self._ack(p, res, sack.echo_ts, was_lost=True)
+        if p is not None and res.late and res.late[-1] is p:
+            self._late_echo(res, p, sack, now_us)
         if self._resent_acked and (q := self._resent_acked.get(ack_psn)) is not None \
                 and sack.echo_ts and sack.echo_ts != q.timestamp:
             # A resent packet acknowledged already, and now a SACK names an
@@ -533,6 +548,7 @@ class Sender:
             del self._resent_acked[ack_psn]
             self._spurious()
             res.late.append(q)
+            self._late_echo(res, q, sack, now_us)
         if cum_psn > self.cum_acked:
             # PSNs below cum_psn: walk the in-flight table only over that range.
             if cum_psn - self.cum_acked <= len(inflight):

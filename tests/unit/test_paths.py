@@ -145,8 +145,12 @@ def test_a_late_ack_turns_a_condemned_ev_into_a_skipped_one() -> None:
     p.on_late_ev(slow, 0.03)  # late while skipped: nothing more to say
     assert slow.state is SKIP and slow.skip_left == 2
     good = p.evs[2]
-    p.on_late_ev(good, 0.03)  # one late packet on a GOOD EV is reordering
+    p.ev_set.set_rtt(RTT)
+    p.on_late_ev(good, 0.03)  # late by an unknown time: reordering, maybe
+    p.on_late_ev(good, 0.03, rtt=3 * RTT)  # a little late: reordering
     assert good.state is GOOD
+    p.on_late_ev(good, 0.03, rtt=5 * RTT)  # more than 4 srtt: a standing queue
+    assert good.state is SKIP
     assert next_state(BAD, EvEvent.LATE_ACK) is SKIP
 
 
