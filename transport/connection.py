@@ -550,8 +550,11 @@ class Connection:
                 self.paths.on_late(p.lost_plane)
                 p.lost_plane = -1
             if p.lost_ev is not None:
-                self.paths.on_late_ev(p.lost_ev, now,
-                                      res.late_rtt if p is res.late_echo else None)
+                # How late: the SACK's echo timed it, or it was sent once
+                # and this SACK is the first word of it.
+                late = res.late_rtt if p is res.late_echo else \
+                    now - p.sent_time if p.transmissions == 1 else None
+                self.paths.on_late_ev(p.lost_ev, now, late)
                 p.lost_ev = None
             if p.cc_lost:
                 spurious += p.length

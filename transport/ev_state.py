@@ -352,7 +352,6 @@ class EvSet:
             self.changes.append((ev, old, new))
         if new is SKIP:
             ev.skip_left = self.skip_rotations << min(ev.skip_strikes, SKIP_MAX_DOUBLINGS)
-            ev.skip_strikes += 1
             self._skipped.append(ev)
         if old is ASSUMED_BAD:
             self._stop_probing(ev)
@@ -512,8 +511,11 @@ class EvSet:
         data queue, so its answer would bring the slow path straight back
         into the rotation. A GOOD EV is skipped too when the copy took more
         than ``LATE_RTTS`` smoothed RTTs (a standing queue, not reordering)."""
-        if ev.state is ASSUMED_BAD or (rtt is not None and rtt > LATE_RTTS * self.srtt):
-            self._apply(ev, EvEvent.LATE_ACK)
+        if rtt is None:
+            return
+        limit = LATE_RTTS / 2 if ev.state is ASSUMED_BAD else LATE_RTTS
+        if rtt > limit * self.srtt and self._apply(ev, EvEvent.LATE_ACK):
+            ev.skip_strikes += 1
 
     def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
         """A packet sent on ``ev`` at ``sent`` was declared lost. Too weak to
