@@ -301,7 +301,10 @@ class Connection:
 
     def _ctl_path(self, plane: int) -> TxPath:
         """Control packets go back on the plane they answer (a dead plane then
-        stays silent, which is what the peer needs to notice), on any EV.
+        stays silent, which is what the peer needs to notice), on a GOOD EV of
+        it if there is one (ECMP hashes the source port the same way for a
+        SACK as for DATA: not into a spine our own data found queued or
+        dead), else on any EV not found dead, else on any.
 
         ``plane`` must be a plane this host received on or chose itself, never
         a number read from a packet; anything outside 0..planes-1 is folded
@@ -312,8 +315,8 @@ class Connection:
         self._ctl_rr += 1
         n = len(evs)
         i = (self._ctl_rr // self.paths.spray_run) % n
-        # Not on an EV our own data there found dead (a dead spine of the
-        # plane: the same source port hashes the same way), if any is left.
+        # GOOD first: not through a spine our own data found hot (SKIP) or
+        # dead (ASSUMED_BAD); then anything not dead; then anything.
         for k in range(n):
             ev = evs[(i + k) % n]
             if ev.state is EvState.GOOD:

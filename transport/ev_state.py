@@ -27,7 +27,9 @@ class EvState(enum.Enum):
     #: Skipped for the rest of the current rotation (ECN in the core or a
     #: fabric trim: a hot spine, not a dead one).
     SKIP = "skip"
-    #: No ACK and no trim: maybe dead. Only a probe brings it back.
+    #: No ACK and no trim: maybe dead. A probe brings it back; a packet
+    #: declared lost on it and acknowledged far too late says it is slow
+    #: instead (SKIP).
     ASSUMED_BAD = "assumed_bad"
     #: Withdrawn by the operator; only the operator brings it back.
     DENIED = "denied"
@@ -122,8 +124,9 @@ class Ev:
     probe_interval: float = 0.0
     #: Rotations this EV stays skipped (set on entering SKIP).
     skip_left: int = 0
-    #: Skips since its last unmarked ACK: each doubles the next skip's length
-    #: (a spine with a standing queue, found again every time a skip ends).
+    #: Skips for late copies (``EvSet.on_late``) since its last unmarked ACK:
+    #: each doubles the next skip's length (a spine with a standing queue,
+    #: found again, at the price of late packets, every time a skip ends).
     skip_strikes: int = 0
 
     def as_dict(self) -> dict[str, object]:
@@ -147,8 +150,8 @@ GOOD = EvState.GOOD
 SKIP = EvState.SKIP
 #: A late copy this many smoothed RTTs old skips a GOOD EV (``on_late``).
 LATE_RTTS = 4.0
-#: A skip lasts ``skip_rotations`` doubled once per earlier skip since the
-#: EV's last unmarked ACK, at most this many times (16x).
+#: A skip lasts ``skip_rotations`` doubled once per earlier skip for a late
+#: copy since the EV's last unmarked ACK, at most this many times (16x).
 SKIP_MAX_DOUBLINGS = 4
 #: A plane is silent after this many smoothed RTTs (plus the ACK delay)
 #: without an answer to its oldest unanswered send.
@@ -504,13 +507,15 @@ class EvSet:
         self.on_plane_loss(ev, now, now if sent is None else sent)
 
     def on_late(self, ev: Ev, now: float, rtt: float | None = None) -> None:
-        """A packet declared lost on ``ev`` was acknowledged after all, its
-        round trip ``rtt`` if known: an EV condemned for such losses is
-        slow, not dead. It is skipped (for ``skip_rotations``) rather than
-        probed back to GOOD: a probe rides the control queue past a standing
-        data queue, so its answer would bring the slow path straight back
-        into the rotation. A GOOD EV is skipped too when the copy took more
-        than ``LATE_RTTS`` smoothed RTTs (a standing queue, not reordering)."""
+        """A packet declared lost on ``ev`` was acknowledged after all; its
+        copy's round trip ``rtt`` if the SACK timed it. A copy more than
+        ``LATE_RTTS`` smoothed RTTs late (half that on an EV already condemned
+        for such losses) went through a standing queue, not a reordering:
+        the EV is skipped, and each such skip doubles the next one. An
+        ASSUMED_BAD EV is skipped rather than probed back to GOOD: a probe
+        rides the control queue past the standing data queue, so its answer
+        would put the slow path straight back into the rotation. An untimed
+        late ACK changes nothing (reordering between paths looks the same)."""
         if rtt is None:
             return
         limit = LATE_RTTS / 2 if ev.state is ASSUMED_BAD else LATE_RTTS

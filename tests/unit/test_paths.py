@@ -101,10 +101,13 @@ def test_skip_lasts_skip_rotations() -> None:
     assert marked.state is GOOD and marked in later
 
 
-def test_a_skip_doubles_while_the_ev_keeps_being_marked() -> None:
-    # A hot spine marks the EV again as soon as its skip ends: the next skip
-    # is twice as long (up to 16x), until an unmarked ACK forgives it.
+def test_late_copies_double_the_skip_until_a_clean_ack() -> None:
+    # A spine with a standing queue: the EV's copies come back far too late
+    # each time its skip ends. Each such skip doubles the next (up to 16x);
+    # an unmarked ACK forgives it. ECN marks alone never double a skip (at
+    # a shared bottleneck every EV is marked alike).
     p = SprayPolicy(planes=1, evs_per_plane=4, seed=5, skip_rotations=2)
+    p.ev_set.set_rtt(RTT)
     hot = p.evs[0]
 
     def rotations_skipped() -> int:
@@ -115,43 +118,54 @@ def test_a_skip_doubles_while_the_ev_keeps_being_marked() -> None:
             assert n < 100
         return n
 
+    marked = []
+    for _ in range(3):
+        p.on_ack(hot, 0.0, ecn=True, rtt=RTT)
+        marked.append(rotations_skipped())
+    assert marked == [2, 2, 2]
     lengths = []
     for _ in range(6):
-        p.on_ack(hot, 0.0, ecn=True, rtt=RTT)
+        p.on_late_ev(hot, 0.0, rtt=10 * RTT)
         lengths.append(rotations_skipped())
     assert lengths == [2, 4, 8, 16, 32, 32]
+    p.on_ack(hot, 0.0, ecn=True, rtt=RTT)  # a mark now skips it long too
+    assert rotations_skipped() == 32
     p.on_ack(hot, 0.0, ecn=False, rtt=RTT)  # a clean ACK: back to the short skip
-    p.on_ack(hot, 0.0, ecn=True, rtt=RTT)
+    p.on_late_ev(hot, 0.0, rtt=10 * RTT)
     assert rotations_skipped() == 2
     p.on_acks(hot, 0.0, 8, None, 0.0)  # a clean run, acknowledged at once, too
-    p.on_ack(hot, 0.0, ecn=True, rtt=RTT)
+    p.on_late_ev(hot, 0.0, rtt=10 * RTT)
     assert rotations_skipped() == 2
     # And the rotation itself keeps it out meanwhile.
-    p.on_ack(hot, 0.0, ecn=True, rtt=RTT)
+    p.on_late_ev(hot, 0.0, rtt=10 * RTT)
     assert all(p.next_ev(0.0) is not hot for _ in range(3 * 3))
 
 
-def test_a_late_ack_turns_a_condemned_ev_into_a_skipped_one() -> None:
-    # Its packets were declared lost and then acknowledged: the EV forwards,
-    # slowly. A probe (control queue) would bring it straight back; a skip
-    # keeps data off it, and a second offence skips it twice as long.
+def test_a_copy_far_too_late_skips_its_ev() -> None:
+    # Its packet was declared lost and then acknowledged, after more than
+    # 4 srtt (2 if the EV was condemned already): it forwards, slowly. A
+    # probe (control queue) would bring a condemned EV straight back; a skip
+    # keeps data off it. Untimed or mildly late copies are reordering.
     p = SprayPolicy(planes=1, evs_per_plane=4, seed=5, skip_rotations=2)
+    p.ev_set.set_rtt(RTT)
     slow = p.evs[1]
     p.on_loss(slow, 0.0)
     assert slow.state is BAD and slow.next_probe is not None
-    p.on_late_ev(slow, 0.02)
-    assert slow.state is SKIP and slow.next_probe is None
-    assert slow.skip_left == 2
-    p.on_late_ev(slow, 0.03)  # late while skipped: nothing more to say
+    p.on_late_ev(slow, 0.02)  # not timed
+    p.on_late_ev(slow, 0.02, rtt=1.5 * RTT)
+    assert slow.state is BAD and slow.next_probe is not None
+    p.on_late_ev(slow, 0.02, rtt=2.5 * RTT)
+    assert slow.state is SKIP and slow.next_probe is None and slow.skip_left == 2
+    p.on_late_ev(slow, 0.03, rtt=9 * RTT)  # late while skipped: nothing more to say
     assert slow.state is SKIP and slow.skip_left == 2
     good = p.evs[2]
-    p.ev_set.set_rtt(RTT)
-    p.on_late_ev(good, 0.03)  # late by an unknown time: reordering, maybe
-    p.on_late_ev(good, 0.03, rtt=3 * RTT)  # a little late: reordering
+    p.on_late_ev(good, 0.03)
+    p.on_late_ev(good, 0.03, rtt=3 * RTT)
     assert good.state is GOOD
-    p.on_late_ev(good, 0.03, rtt=5 * RTT)  # more than 4 srtt: a standing queue
+    p.on_late_ev(good, 0.03, rtt=5 * RTT)
     assert good.state is SKIP
     assert next_state(BAD, EvEvent.LATE_ACK) is SKIP
+    assert next_state(GOOD, EvEvent.LATE_ACK) is SKIP
 
 
 def test_all_skipped_ends_rotation_early() -> None:
