@@ -709,7 +709,10 @@ def incast(ctx: Ctx) -> dict[str, Any]:
     Braid victim shares two cores with the senders' daemons): the victim over
     kernel TCP (what Braid's incast does to a neighbour's packets, at little
     CPU), and no victim at all (the incast without the victim's two busy
-    daemons)."""
+    daemons). The TCP victim is also a hot spine: pinned to one plane and
+    hashed onto one spine, it fills leaf 1's uplink to that spine (about
+    125% of it with the senders' share) with a standing queue a quarter of
+    the cross-leaf senders' packets wait in (docs/claims.md, "Session 10")."""
     n = ctx.fab.n_hosts
     senders = list(range(2, n - 1))
     victim = (n - 1, 1)
