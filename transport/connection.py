@@ -106,7 +106,8 @@ class Connection:
         c = config
         self.paths: PathPolicy = get_policy(
             c.path_policy, planes=c.planes, evs_per_plane=c.evs_per_plane,
-            seed=c.seed, base_rtt=c.initial_rtt, spray_run=c.spray_run, **c.path_params,
+            seed=c.seed, base_rtt=c.initial_rtt, spray_run=c.spray_run,
+            **{"late_floor": c.min_rto / 4, **c.path_params},
         )
         cc_params = {
             "mtu": c.payload_size, "base_rtt": c.initial_rtt,

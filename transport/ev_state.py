@@ -260,6 +260,7 @@ class EvSet:
         plane_probe_evs: int = 2,
         plane_silent_sends: int = 5,
         skip_rotations: int = 12,
+        late_floor: float = 0.0,
     ) -> None:
         if planes < 1 or evs_per_plane < 1:
             raise ValueError("need at least one plane and one EV per plane")
@@ -271,6 +272,10 @@ class EvSet:
         # the EV was already used again, so one rotation barely moves its
         # share. Skipping for several rotations makes the penalty bite.
         self.skip_rotations = max(1, skip_rotations)
+        #: How late a copy must be, beyond its threshold in srtt, before it
+        #: says anything about its path: more than the host's own scheduling
+        #: can explain (the connection passes a quarter of its minimum RTO).
+        self.late_floor = max(0.0, late_floor)
         self.base_rtt = base_rtt
         self.probe_initial = 4 * base_rtt if probe_initial is None else probe_initial
         self.probe_max = 64 * base_rtt if probe_max is None else probe_max
@@ -515,11 +520,14 @@ class EvSet:
         ASSUMED_BAD EV is skipped rather than probed back to GOOD: a probe
         rides the control queue past the standing data queue, so its answer
         would put the slow path straight back into the rotation. An untimed
-        late ACK changes nothing (reordering between paths looks the same)."""
+        late ACK changes nothing (reordering between paths looks the same),
+        nor does a copy less than ``late_floor`` beyond the srtt (the host's
+        own scheduling)."""
         if rtt is None:
             return
         limit = LATE_RTTS / 2 if ev.state is ASSUMED_BAD else LATE_RTTS
-        if rtt > limit * self.srtt and self._apply(ev, EvEvent.LATE_ACK):
+        if rtt > max(limit * self.srtt, self.srtt + self.late_floor) and \
+                self._apply(ev, EvEvent.LATE_ACK):
             ev.skip_strikes += 1
 
     def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:

@@ -168,6 +168,19 @@ def test_a_copy_far_too_late_skips_its_ev() -> None:
     assert next_state(GOOD, EvEvent.LATE_ACK) is SKIP
 
 
+def test_a_late_copy_within_the_hosts_own_noise_says_nothing() -> None:
+    # On a fast link (srtt 0.1 ms) a busy host delays copies by whole
+    # milliseconds: 4 srtt is noise there. The connection passes a quarter
+    # of its minimum RTO as the floor (10 ms with the daemon's 40 ms).
+    p = SprayPolicy(planes=2, evs_per_plane=4, seed=5, late_floor=10e-3)
+    p.ev_set.set_rtt(1e-4)
+    ev = p.evs[0]
+    p.on_late_ev(ev, 1.0, rtt=5e-3)  # 50 srtt, but within the floor
+    assert ev.state is GOOD and ev.skip_strikes == 0
+    p.on_late_ev(ev, 1.0, rtt=12e-3)
+    assert ev.state is SKIP and ev.skip_strikes == 1
+
+
 def test_all_skipped_ends_rotation_early() -> None:
     p = SprayPolicy(planes=1, evs_per_plane=2)
     for ev in p.evs:
