@@ -56,8 +56,8 @@ def test_a_hot_spine_is_found_and_left(seed: int, mark: bool) -> None:
     # GOOD again; without ECN nothing but those losses told them apart.
     # Steps during the 0.5 s ran at 0.47 / 0.38 of their rate before it
     # (no ECN 0.32 / 0.38), their median 13-27 ms against 8.3 before. Now a
-    # copy far too late skips its EV and such skips double: 0.64-0.73, median
-    # 9.9-10.2 ms, with or without the marks.
+    # copy far too late skips its EV and such skips double: 0.64-0.71, median
+    # 10.2-10.4 ms, with or without the marks.
     r = F.scenario_hot_spine(seed=seed, mark=mark)
     assert not r["failed"] and r["rtos"] == 0, r
     assert r["rate_ratio"] >= 0.5, r
