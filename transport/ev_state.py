@@ -24,8 +24,8 @@ from typing import Any
 
 class EvState(enum.Enum):
     GOOD = "good"
-    #: Skipped for the rest of the current rotation (ECN in the core or a
-    #: fabric trim: a hot spine, not a dead one).
+    #: Skipped for ``skip_rotations`` rotations (ECN in the core, a fabric
+    #: trim, or a copy far too late: a hot spine, not a dead one).
     SKIP = "skip"
     #: No ACK and no trim: maybe dead. A probe brings it back; a packet
     #: declared lost on it and acknowledged far too late says it is slow
@@ -45,8 +45,8 @@ class EvEvent(enum.Enum):
     #: The whole plane looks dead: parked with all its EVs.
     PLANE_DOWN = "plane_down"
     PROBE_OK = "probe_ok"
-    #: A packet declared lost on the EV was acknowledged after all: the path
-    #: forwards, slowly (a standing queue on one spine, not a dead one).
+    #: A packet declared lost on the EV was acknowledged after all, far too
+    #: late: the path forwards, slowly (a standing queue on one spine).
     LATE_ACK = "late_ack"
     #: A probe answered on the EV's parked plane: the plane is back.
     PLANE_UP = "plane_up"
@@ -148,7 +148,8 @@ class Ev:
 
 GOOD = EvState.GOOD
 SKIP = EvState.SKIP
-#: A late copy this many smoothed RTTs old skips a GOOD EV (``on_late``).
+#: A late copy this many smoothed RTTs old skips a GOOD EV, half that an
+#: ASSUMED_BAD one (``on_late``).
 LATE_RTTS = 4.0
 #: A skip lasts ``skip_rotations`` doubled once per earlier skip for a late
 #: copy since the EV's last unmarked ACK, at most this many times (16x).
@@ -272,9 +273,9 @@ class EvSet:
         # the EV was already used again, so one rotation barely moves its
         # share. Skipping for several rotations makes the penalty bite.
         self.skip_rotations = max(1, skip_rotations)
-        #: How late a copy must be, beyond its threshold in srtt, before it
+        #: How far beyond the srtt a late copy's round trip must be before it
         #: says anything about its path: more than the host's own scheduling
-        #: can explain (the connection passes a quarter of its minimum RTO).
+        #: can add (the connection passes a quarter of its minimum RTO).
         self.late_floor = max(0.0, late_floor)
         self.base_rtt = base_rtt
         self.probe_initial = 4 * base_rtt if probe_initial is None else probe_initial
