@@ -29,9 +29,11 @@ them loses little.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from testbed.sim.driver import Simulator
+from testbed.sim.fabric import Fabric
 from testbed.sim.scenarios import Peer, _establish, connect_pair
 from testbed.sim.scenarios_cc import PLANE_RATE, claims_fabric, host_config
 from transport.events import Event, MessageAcked
@@ -41,22 +43,23 @@ OUTAGE = (0.5, 1.0)
 RUN = 1.5
 
 
-def scenario_spine_reboot(*, seed: int = 1, jitter: float = 1e-3, size: int = 128 << 10,
-                          two_way: bool = True) -> dict[str, Any]:
-    """Step times before / during the outage and plane 0's parks at each end.
-
-    ``jitter``: every host's sends late by [0, jitter) s (a busy event loop).
-    ``two_way`` False: only ``a`` sends (``b``'s SACKs then know nothing of
-    the dead spine)."""
+def _pair(seed: int, jitter: float) -> tuple[Fabric, Simulator, Peer, Peer]:
+    """The claims fabric with two established hosts, ``a`` and ``b``."""
     fab = claims_fabric(("a", "b"), seed=seed, jitter=jitter)
     cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed)
     sim = Simulator(fab)
     a, b = connect_pair(sim, "a", "b", config=cfg, cids=(1, 2))
     a.keep_data = b.keep_data = False
     _establish(sim, a, b, limit=0.5)
-    t0 = sim.now
+    return fab, sim, a, b
+
+
+def _step_loop(sim: Simulator, peers: tuple[Peer, ...], t0: float, size: int,
+               record: Callable[[Peer, float, float], None]) -> None:
+    """Each of ``peers`` sends a ``size`` message, the next 1 ms after the
+    last is acknowledged, until ``t0 + RUN``; each step is recorded as
+    ``record(peer, its start - t0, its duration)``."""
     msg = bytes(size)
-    steps: dict[str, list[tuple[float, float]]] = {"a": [], "b": []}
     started: dict[str, float] = {}
 
     def step(peer: Peer) -> None:
@@ -68,12 +71,26 @@ def scenario_spine_reboot(*, seed: int = 1, jitter: float = 1e-3, size: int = 12
     def on_event(peer: Peer, ev: Event, now: float) -> None:
         if isinstance(ev, MessageAcked):
             s = started[peer.name]
-            steps[peer.name].append((s - t0, now - s))
+            record(peer, s - t0, now - s)
             sim.at(now + 1e-3, lambda: step(peer))
 
-    for peer in (a, b) if two_way else (a,):
+    for peer in peers:
         peer.on_event = on_event
         sim.at(t0 + 1e-3, lambda peer=peer: step(peer))  # type: ignore[misc]
+
+
+def scenario_spine_reboot(*, seed: int = 1, jitter: float = 1e-3, size: int = 128 << 10,
+                          two_way: bool = True) -> dict[str, Any]:
+    """Step times before / during the outage and plane 0's parks at each end.
+
+    ``jitter``: every host's sends late by [0, jitter) s (a busy event loop).
+    ``two_way`` False: only ``a`` sends (``b``'s SACKs then know nothing of
+    the dead spine)."""
+    fab, sim, a, b = _pair(seed, jitter)
+    t0 = sim.now
+    steps: dict[str, list[tuple[float, float]]] = {"a": [], "b": []}
+    _step_loop(sim, (a, b) if two_way else (a,), t0, size,
+               lambda peer, start, took: steps[peer.name].append((start, took)))
 
     def spine(down: bool) -> None:
         for h in ("a", "b"):
@@ -105,32 +122,10 @@ def scenario_hot_spine(*, seed: int = 2, jitter: float = 1e-3, size: int = 128 <
                        delay: float = 20e-3, mark: bool = True) -> dict[str, Any]:
     """Step times before / during the hot spine, and the share of spine
     bytes that crossed it meanwhile (``scenario_spine_reboot``'s loop)."""
-    fab = claims_fabric(("a", "b"), seed=seed, jitter=jitter)
-    cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed)
-    sim = Simulator(fab)
-    a, b = connect_pair(sim, "a", "b", config=cfg, cids=(1, 2))
-    a.keep_data = b.keep_data = False
-    _establish(sim, a, b, limit=0.5)
+    fab, sim, a, b = _pair(seed, jitter)
     t0 = sim.now
-    msg = bytes(size)
     steps: list[tuple[float, float]] = []
-    started: dict[str, float] = {}
-
-    def step(peer: Peer) -> None:
-        if sim.now < t0 + RUN and peer.failed is None:
-            started[peer.name] = sim.now
-            peer.conn.send_message(msg)
-            sim.wake(peer)
-
-    def on_event(peer: Peer, ev: Event, now: float) -> None:
-        if isinstance(ev, MessageAcked):
-            s = started[peer.name]
-            steps.append((s - t0, now - s))
-            sim.at(now + 1e-3, lambda: step(peer))
-
-    for peer in (a, b):
-        peer.on_event = on_event
-        sim.at(t0 + 1e-3, lambda peer=peer: step(peer))  # type: ignore[misc]
+    _step_loop(sim, (a, b), t0, size, lambda _peer, start, took: steps.append((start, took)))
     hot = [fab.link("spine", h, 1, 0) for h in ("a", "b")]
     spines = [ln for ln in fab.links() if ln.name.startswith("spine")]
     base_delay, base_ecn = hot[0].delay, hot[0].ecn_threshold
