@@ -473,12 +473,18 @@ class Sender:
         self.bytes_acked += nbytes
         res.acked_bytes += nbytes
 
+    def _echo_rtt(self, sack: Sack, now_us: int) -> float:
+        """The round trip of the packet the SACK echoes, less the time the
+        peer held the SACK."""
+        rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
+        if sack.ack_delay:  # a held SACK (one call per SACK saved otherwise)
+            rtt = self._held_out(rtt, sack.ack_delay)
+        return rtt
+
     def _late_echo(self, res: AckResult, p: SentPacket, sack: Sack, now_us: int) -> None:
         """``p`` is late and the SACK echoes its late copy: time that copy."""
         if sack.echo_ts:
-            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
-            if sack.ack_delay:
-                rtt = self._held_out(rtt, sack.ack_delay)
+            rtt = self._echo_rtt(sack, now_us)
             if 0 < rtt < 60:
                 res.late_echo, res.late_rtt = p, rtt
 
@@ -581,9 +587,7 @@ class Sender:
             # a credit update echoes whatever came last, however long ago).
             if sack.ack_delay or self._peer_hold:
                 self._learn_hold(sack.ack_delay / ACK_DELAY_HZ)
-            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
-            if sack.ack_delay:  # a held SACK (one call per SACK saved otherwise)
-                rtt = self._held_out(rtt, sack.ack_delay)
+            rtt = self._echo_rtt(sack, now_us)
             if 0 < rtt < 60:
                 self.rtt.update(rtt)
                 self.every_rtt.update(rtt)
@@ -615,9 +619,7 @@ class Sender:
             # these samples are the late packets (fed to NSCC they cost
             # fairness under unequal host jitter in virtual time;
             # docs/claims.md, "Session 8").
-            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
-            if sack.ack_delay:
-                rtt = self._held_out(rtt, sack.ack_delay)
+            rtt = self._echo_rtt(sack, now_us)
             self._echoes.append(sack.echo_ts)
             if 0 < rtt < 60:
                 self.every_rtt.update(rtt)
@@ -627,9 +629,7 @@ class Sender:
             # arrives late, so without this its plane would never be sampled.
             # The echo still times that packet's round trip (not the
             # connection's srtt: Karn-safe only for the plane).
-            rtt = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6
-            if sack.ack_delay:  # a held SACK (one call per SACK saved otherwise)
-                rtt = self._held_out(rtt, sack.ack_delay)
+            rtt = self._echo_rtt(sack, now_us)
             self._echoes.append(sack.echo_ts)
             if 0 < rtt < 60 and (sack.plane in self.plane_rtt or len(self.plane_rtt) < 64):
                 self._plane_sample(res, sack.plane, rtt)
