@@ -163,6 +163,17 @@ class Connection:
         #: shrinks the first RTT estimate below the initial window's own
         #: queue: scenario i then called queued packets lost).
         self._rtt_unsampled: set[int] = set(range(c.planes)) if c.planes > 1 else set()
+        #: Work avoidance for a host with many connections, whose I/O layer
+        #: asks every one of them on every pass (``Endpoint``): while nothing
+        #: has reached the connection (a datagram, a timer, an API call) since
+        #: a ``datagrams_to_send`` that found nothing to send, the next one
+        #: answers [] without looking, and ``next_timer`` keeps its answer
+        #: until something does. Output that time alone makes due (pacing,
+        #: probes, retransmission) has a deadline in ``next_timer``, and a due
+        #: deadline comes in through ``handle_timer``.
+        self._stirred = True
+        self._timer_known = False
+        self._timer_at: float | None = None
 
     # -- construction ------------------------------------------------------------
 
@@ -244,15 +255,18 @@ class Connection:
             raise RuntimeError(f"cannot send in state {self.state.value}")
         if len(data) > self.config.max_message_size:
             raise ValueError("message larger than max_message_size")
+        self._stir()
         return self.sender.enqueue(data)
 
     def cancel_message(self, msg_id: int) -> bool:
         """Withdraw a queued message if none of it was sent yet (True), else
         leave it to finish (False). Nothing goes on the wire either way."""
+        self._stir()
         return self.sender.cancel(msg_id)
 
     def close(self, now: float) -> None:
         """Finish sending what is queued, then close with the peer."""
+        self._stir()
         if self.state is ConnState.HANDSHAKING:
             self._transition(ConnEvent.CLOSE_CALLED)
             self._events.append(ConnectionClosed("closed before the handshake completed"))
@@ -262,6 +276,7 @@ class Connection:
             self._maybe_send_close(now)
 
     def reset(self, now: float, reason: str = "reset by application") -> None:
+        self._stir()
         self._fail(ConnEvent.RESET_CALLED, reason, tell_peer=True, now=now,
                    code=CloseReason.SHUTDOWN)
 
@@ -269,6 +284,7 @@ class Connection:
         """The application took ``nbytes`` of delivered messages (with
         ``hold_delivered``): grant that credit back to the peer."""
         self._now = now
+        self._stir()
         if self.receiver.consume(nbytes) and self.is_established:
             self._send_sack(now)  # it was told of little room: say there is more
 
@@ -281,6 +297,7 @@ class Connection:
     def on_unknown_conn(self, echo_counter: int, now: float) -> bool:
         """An authenticated UNKNOWN_CONN names our peer's id: accept it only if
         it echoes a counter we sealed recently (an old recording is useless)."""
+        self._stir()
         sealer = self._sealer
         if sealer is None or self.is_terminal or self.state is ConnState.HANDSHAKING:
             return False
@@ -336,6 +353,8 @@ class Connection:
     def receive_datagram(self, data: bytes, rx: RxInfo, now: float,
                          header: CommonHeader | None = None) -> None:
         self._now = now
+        self._stirred = True
+        self._timer_known = False
         if self.is_terminal:
             self._drop("closed")
             return
@@ -390,6 +409,8 @@ class Connection:
             self.receive_datagram(bytes(data), rx, now)
             return
         self._now = now
+        self._stirred = True
+        self._timer_known = False
         try:
             opened = opener.open_data_untrusted(data)
         except WireError as exc:
@@ -505,6 +526,7 @@ class Connection:
         coalescing window the SACK waits out."""
         if self.receiver.ack_delay <= FLUSH_ACK_DELAY and self.is_established \
                 and self.receiver.ack_pending():
+            self._stir()
             self._send_sack(now)
 
     def _send_sack(self, now: float) -> None:
@@ -701,6 +723,7 @@ class Connection:
         silence: park the plane now (unless it is the last one up) and resend
         what is in flight on it elsewhere; its probes bring it back."""
         self._now = now
+        self._stir()
         self.unreachable_sends += count
         if self.is_terminal or not self.is_established:
             return
@@ -725,7 +748,21 @@ class Connection:
         wait = first * (1 << min(self._hs_tries, 12))
         self._hs_deadline = now + wait
 
+    def _stir(self) -> None:
+        """Something reached the connection: the next ``datagrams_to_send``
+        looks, and ``next_timer`` is computed afresh."""
+        self._stirred = True
+        self._timer_known = False
+
     def next_timer(self) -> float | None:
+        if self._timer_known:
+            return self._timer_at
+        t = self._next_timer()
+        self._timer_at = t
+        self._timer_known = True
+        return t
+
+    def _next_timer(self) -> float | None:
         if self.is_terminal:
             return None
         if self.state is ConnState.HANDSHAKING:
@@ -756,6 +793,7 @@ class Connection:
 
     def handle_timer(self, now: float) -> None:
         self._now = now
+        self._stir()
         if self.is_terminal:
             return
         if self.state is ConnState.HANDSHAKING:
@@ -862,6 +900,14 @@ class Connection:
     # -- output ------------------------------------------------------------------
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, TxPath]]:
+        if not self._stirred:
+            return []  # nothing reached us since a call that found nothing
+        self._timer_known = False
+        out = self._output(now)
+        self._stirred = bool(out)  # a full batch may have more behind it
+        return out
+
+    def _output(self, now: float) -> list[tuple[bytes, TxPath]]:
         self._now = now
         out = self._control
         self._control = []
