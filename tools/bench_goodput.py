@@ -13,6 +13,10 @@ counted).
   control socket), AES-GCM on, 1 plane, 4 MiB messages, the daemon's
   connection defaults (``--spray-run`` overrides the spray granularity).
   ``braid`` uses 1368-byte payloads (1500-byte MTU), ``braid-jumbo`` 8888.
+  ``braid-idle`` is ``braid`` with ``IDLE_CONNS`` more connections between
+  the two hosts, established (one 1-byte message each) and then idle: a
+  daemon after an all-to-all. Its ratio to ``braid`` in the same run is what
+  idle connections cost a busy one.
 - TCP: plain Python sockets, ``sendall`` of 1 MiB / ``recv_into``.
 - aioquic: one stream, self-signed certificate, default congestion control.
 """
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 HELP = "goodput of Braid vs kernel TCP vs aioquic between two namespaces"
+STACKS = ("braid", "braid-jumbo", "braid-idle", "tcp", "quic")
 NAME = "goodput"
 PORT = 4790
 
@@ -61,6 +66,8 @@ def _emit(obj: dict[str, Any]) -> None:
 #: Braid payload that fills it over IPv4 (20 IP + 8 UDP + 68 header + 16 tag).
 JUMBO_MTU = 9000
 JUMBO_PAYLOAD = JUMBO_MTU - 112
+#: Idle connections beside the transfer in the ``braid-idle`` stack.
+IDLE_CONNS = 16
 
 
 def _braid_config(payload: int | None = None, spray_run: int | None = None) -> Any:
@@ -78,7 +85,7 @@ def _braid_config(payload: int | None = None, spray_run: int | None = None) -> A
 
 async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
                  profile: str | None, payload: int | None = None,
-                 spray_run: int | None = None) -> dict[str, Any]:
+                 spray_run: int | None = None, idle: int = 0) -> dict[str, Any]:
     from transport.aio import EndpointIO
     from transport.endpoint import Endpoint
     from transport.events import ConnectionFailed, MessageDelivered
@@ -95,7 +102,7 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
     def on_event(conn: Any, p: Any, ev: Any) -> None:
         if isinstance(ev, MessageDelivered):
             got[0] += len(ev.data)
-            if got[0] >= size:
+            if got[0] >= size + idle:  # the idle connections' 1-byte messages too
                 t_end[0] = time.monotonic()
                 done.set()
         elif isinstance(ev, ConnectionFailed):
@@ -123,6 +130,16 @@ async def _braid(role: str, me: str, peer: str, size: int, secret: bytes,
                     "minflt": _minflt() - flt0, "failed": failed, "io": eio.stats()}
         chunk = 4 << 20
         block = os.urandom(chunk)
+        others = [eio.connect("peer") for _ in range(idle)]
+        for c in others:
+            c.send_message(b"i")
+        eio.kick()
+        for _ in range(2000):  # established and acknowledged, then idle (10 s at most)
+            if all(not c.sender.has_pending or c.is_terminal for c in others):
+                break
+            await asyncio.sleep(0.005)
+        if any(c.is_terminal or c.sender.has_pending for c in others):
+            raise RuntimeError("an idle connection did not come up")
         if prof is not None:
             prof.enable()
         t0 = time.monotonic()
@@ -262,7 +279,7 @@ async def _quic(role: str, me: str, peer: str, size: int, tmp: Path) -> dict[str
 
 def worker(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="bench_goodput worker")
-    p.add_argument("stack", choices=["braid", "braid-jumbo", "tcp", "quic"])
+    p.add_argument("stack", choices=list(STACKS))
     p.add_argument("role", choices=["tx", "rx"])
     p.add_argument("--me", required=True)
     p.add_argument("--peer", required=True)
@@ -277,11 +294,12 @@ def worker(argv: list[str]) -> int:
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        if a.stack in ("braid", "braid-jumbo"):
+        if a.stack.startswith("braid"):
             payload = JUMBO_PAYLOAD if a.stack == "braid-jumbo" else None
+            idle = IDLE_CONNS if a.stack == "braid-idle" else 0
             res = loop.run_until_complete(_braid(a.role, a.me, a.peer, a.size,
                                                  bytes.fromhex(a.secret), a.profile, payload,
-                                                 a.spray_run))
+                                                 a.spray_run, idle))
         elif a.stack == "tcp":
             res = _tcp(a.role, a.me, a.peer, a.size)
         else:
@@ -400,9 +418,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default=None, help="payload bytes per stack (default 256MiB, "
                         "--quick 32MiB)")
     parser.add_argument("--stacks", default="braid,braid-jumbo,tcp,quic",
-                        help="comma-separated subset of braid,braid-jumbo,tcp,quic "
+                        help=f"comma-separated subset of {','.join(STACKS)} "
                         f"(braid-jumbo: {JUMBO_PAYLOAD}-byte payloads on the {JUMBO_MTU}-byte "
-                        "MTU link)")
+                        f"MTU link; braid-idle: braid beside {IDLE_CONNS} idle connections)")
     parser.add_argument("--spray-run", type=int, default=None, metavar="K",
                         help="Braid's spray granularity (packets in a row per EV, sent "
                         "as one UDP GSO batch); default: the daemon's")
@@ -417,8 +435,8 @@ def run(args: argparse.Namespace) -> int:
 
     size = parse_size(args.size) if args.size else (32 << 20 if args.quick else 256 << 20)
     stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
-    if not stacks or any(s not in ("braid", "braid-jumbo", "tcp", "quic") for s in stacks):
-        raise UserError("--stacks takes braid, braid-jumbo, tcp and/or quic")
+    if not stacks or any(s not in STACKS for s in stacks):
+        raise UserError(f"--stacks takes {', '.join(STACKS)}")
     net = Net()
     import tempfile
 
@@ -459,7 +477,8 @@ def run(args: argparse.Namespace) -> int:
 
     ratios = {"braid_vs_quic": ratio("braid", "quic"), "braid_vs_tcp": ratio("braid", "tcp"),
               "braid_jumbo_vs_quic": ratio("braid-jumbo", "quic"),
-              "braid_jumbo_vs_tcp": ratio("braid-jumbo", "tcp")}
+              "braid_jumbo_vs_tcp": ratio("braid-jumbo", "tcp"),
+              "braid_idle_vs_braid": ratio("braid-idle", "braid")}
     header = ["stack", "goodput MB/s", "Gbit/s", "packets/s", "CPU s/GB", "complete"]
     rows = [[s, f"{r['goodput_MBps']:.1f}", f"{r['goodput_MBps'] * 8 / 1000:.3f}",
              f"{r['pps']:,.0f}", f"{r['cpu_s_per_GB']:.1f}", str(r["complete"])]

@@ -20,6 +20,7 @@ BENCHES: dict[str, str] = {
     "trace": "tools.bench_trace",
     "element": "tools.bench_element",
     "claims": "tools.bench_claims",
+    "endpoint": "tools.bench_endpoint",
 }
 
 
