@@ -1107,4 +1107,8 @@ class Connection:
             "unreachable_sends": self.unreachable_sends,
             "lost_unreachable": s.lost_unreachable,
             "dropped": dict(self.dropped),
+            # EV state changes by cause: ev_late_ack (skipped for a standing
+            # queue), ev_ecn_ack (skipped for marks), ev_loss (condemned),
+            # ev_probe_ok (back), ... (docs/state-machines.md).
+            **{f"ev_{e.value}": n for e, n in self.paths.ev_set.changed_by.items()},
         }

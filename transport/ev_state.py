@@ -299,6 +299,10 @@ class EvSet:
         #: Number of EVs in each state; policies read it to stop scanning early.
         self.counts: dict[EvState, int] = dict.fromkeys(EvState, 0)
         self.counts[GOOD] = len(self.evs)
+        #: State changes so far by the event that made them (``late_ack``:
+        #: EVs skipped for a standing queue; ``ecn_ack``: for marks; ``loss``:
+        #: condemned), for the connection's stats.
+        self.changed_by: dict[EvEvent, int] = dict.fromkeys(EvEvent, 0)
         self._skipped: list[Ev] = []
         self._probing: dict[int, Ev] = {}
         #: Every state change as (ev, old, new), for whoever reports them
@@ -355,6 +359,7 @@ class EvSet:
         if new is old:
             return False
         ev.state = new
+        self.changed_by[event] += 1
         self.counts[old] -= 1
         self.counts[new] += 1
         if len(self.changes) < 65536:

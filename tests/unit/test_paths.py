@@ -164,6 +164,10 @@ def test_a_copy_far_too_late_skips_its_ev() -> None:
     assert good.state is GOOD
     p.on_late_ev(good, 0.03, rtt=5 * RTT)
     assert good.state is SKIP
+    # Counted by cause for the connection's stats: two late skips, one condemnation.
+    assert p.ev_set.changed_by[EvEvent.LATE_ACK] == 2
+    assert p.ev_set.changed_by[EvEvent.LOSS] == 1
+    assert p.ev_set.changed_by[EvEvent.ECN_ACK] == 0
     assert next_state(BAD, EvEvent.LATE_ACK) is SKIP
     assert next_state(GOOD, EvEvent.LATE_ACK) is SKIP
 

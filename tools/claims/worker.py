@@ -418,7 +418,10 @@ class Worker:
 #: Braid connection counters reported per run (differences over the run).
 COUNTERS = ("packets_sent", "retransmissions", "rtos", "nacks_received", "probes_sent",
             "bytes_acked", "bytes_received", "lost_by_rto", "spurious_losses",
-            "lost_by_time", "lost_by_ev_order", "twin_resends")
+            "lost_by_time", "lost_by_ev_order", "twin_resends",
+            # EV state changes by cause (Connection.stats): late skips, ECN
+            # skips, condemnations.
+            "ev_late_ack", "ev_ecn_ack", "ev_loss")
 #: NSCC's decision counters, also differences (``cc_`` in the report).
 CC_COUNTERS = ("md", "quick_adapt", "qa_trim_quiet", "fair_inc", "proportional_inc", "fast_inc",
                "timeouts")
