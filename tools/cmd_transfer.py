@@ -359,6 +359,9 @@ def run_stats(args: argparse.Namespace) -> int:
               f"retx {s['retransmissions']}  NACKs {s['nacks_received']}  "
               f"trims {s['trims_fabric'] + s['trims_last_hop']}  acked {s['bytes_acked']}  "
               f"received {s['bytes_received']}")
+        changes = {k[3:]: v for k, v in s.items() if k.startswith("ev_") and v}
+        if changes:  # EV state changes by cause (docs/state-machines.md)
+            print("  EV changes: " + "  ".join(f"{k} {v}" for k, v in changes.items()))
         planes = c["paths"].get("planes") or []
         total = sum(p.get("sent", 0) for p in planes) or 1
         rtts: dict[int, list[float]] = {}

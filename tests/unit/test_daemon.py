@@ -184,6 +184,10 @@ def test_cli_transfer_64mib_byte_exact(daemons: tuple[Host, Host], tmp_path: Pat
     st = json.loads(braid_cli("stats", "--config", str(a.config), "--json").stdout)
     (conn,) = [c for c in st["connections"] if c["role"] == "initiator"]
     assert conn["stats"]["bytes_acked"] > 64 << 20
+    # EV state changes by cause, as counts (what skipped or condemned paths).
+    for cause in ("late_ack", "ecn_ack", "loss", "probe_ok", "rotation_wrap"):
+        n = conn["stats"][f"ev_{cause}"]
+        assert isinstance(n, int) and n >= 0
     assert st["encrypted"] is True
     text = braid_cli("stats", "--config", str(a.config), "--evs").stdout
     assert "plane" in text and "initiator to b" in text
