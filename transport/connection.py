@@ -904,7 +904,7 @@ class Connection:
             return []  # nothing reached us since a call that found nothing
         self._timer_known = False
         out = self._output(now)
-        self._stirred = bool(out)  # a full batch may have more behind it
+        self._stirred = bool(out)  # output may have more behind it (max_burst)
         return out
 
     def _output(self, now: float) -> list[tuple[bytes, TxPath]]:
