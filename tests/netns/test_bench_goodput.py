@@ -44,3 +44,18 @@ def test_bench_goodput_quick_completes(tmp_path: Path) -> None:
     # process on the machine may be running a benchmark of its own.)
     assert not {n for n in _namespaces() - before
                 if n.startswith("bg") and n.endswith(str(proc.pid % 100000))}
+
+
+def test_bench_goodput_braid_beside_idle_connections_completes(tmp_path: Path) -> None:
+    """``braid-idle``: the transfer beside 16 established idle connections
+    delivers everything, and the run reports its ratio to plain ``braid``."""
+    proc = subprocess.run([sys.executable, "-m", "tools.cli", "bench", "goodput", "--stacks",
+                           "braid,braid-idle", "--size", "8MiB", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "goodput.json").read_text())
+    for stack in ("braid", "braid-idle"):
+        res = data["results"][stack]
+        assert res["complete"] and res["bytes"] >= data["size"], res
+        assert res["detail"]["failed"] is None, res["detail"]
+    assert data["ratios"]["braid_idle_vs_braid"] > 0
