@@ -38,9 +38,11 @@ class Wire:
     def step(self) -> None:
         self.now += 10e-6
         for src, dst, name in ((self.a, self.b, "a"), (self.b, self.a, "b")):
+            self.before_pass(src)
             for _peer, data, path in src.datagrams_to_send(self.now):
                 self.captured.append(data)
-                dst.receive_datagram(data, RxInfo(path.plane), self.now, name)
+                if not self.lose():
+                    dst.receive_datagram(data, RxInfo(path.plane), self.now, name)
             t = src.next_timer()
             if t is not None and t <= self.now:
                 src.handle_timer(self.now)
@@ -48,6 +50,13 @@ class Wire:
             while (item := ep.next_event()) is not None:
                 self.events[name].append(item)
             ep.reap()
+
+    def before_pass(self, src: Endpoint) -> None:
+        """Called before each endpoint's pass (a hook for subclasses)."""
+
+    def lose(self) -> bool:
+        """Whether the datagram about to be delivered is lost (never, here)."""
+        return False
 
     def run(self, until: object, steps: int = 200_000) -> None:
         for _ in range(steps):
@@ -251,27 +260,18 @@ class AuditedWire(Wire):
         self.skipped = 0
         self.looked = 0
 
-    def step(self) -> None:
-        self.now += 10e-6
-        for src, dst, name in ((self.a, self.b, "a"), (self.b, self.a, "b")):
-            for conn in src.connections.values():
-                if conn._stirred:
-                    self.looked += 1
-                    continue
-                self.skipped += 1
-                if conn._timer_known:
-                    assert conn._next_timer() == conn._timer_at, "a stale deadline"
-                assert conn._output(self.now) == [], "a skipped connection had output"
-            for _peer, data, path in src.datagrams_to_send(self.now):
-                if self.rng.random() >= self.loss:
-                    dst.receive_datagram(data, RxInfo(path.plane), self.now, name)
-            t = src.next_timer()
-            if t is not None and t <= self.now:
-                src.handle_timer(self.now)
-        for name, ep in (("a", self.a), ("b", self.b)):
-            while (item := ep.next_event()) is not None:
-                self.events[name].append(item)
-            ep.reap()
+    def before_pass(self, src: Endpoint) -> None:
+        for conn in src.connections.values():
+            if conn._stirred:
+                self.looked += 1
+                continue
+            self.skipped += 1
+            if conn._timer_known:
+                assert conn._next_timer() == conn._timer_at, "a stale deadline"
+            assert conn._output(self.now) == [], "a skipped connection had output"
+
+    def lose(self) -> bool:
+        return self.rng.random() < self.loss
 
 
 @pytest.mark.parametrize("seed", [3, 4])
