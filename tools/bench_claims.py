@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=int, default=100, metavar="MBIT",
                         help="link rate per plane in Mbit/s (default 100; e.g. --planes 4 "
                              "--rate 50 keeps the default's aggregate)")
+    parser.add_argument("--mtu", type=int, default=1500, metavar="BYTES",
+                        help="MTU of every link, 1280..9000 (default 1500; every stack sizes "
+                             "its packets to it: 4208 carries Braid DATA of 4096 bytes, "
+                             "RoCE's largest MTU, as on AI fabrics)")
     parser.add_argument("--daemon-qlog", action="store_true",
                         help="daemons write <work>/hN.qlog (costs ~30%% goodput; for diagnosis)")
     parser.add_argument("--render", default=None, metavar="JSON",
@@ -92,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
     if not stacks or any(s not in STACKS for s in stacks):
         raise UserError("--stacks takes braid, tcp and/or mptcp")
-    claims_fabric.configure(args.planes, args.rate)
+    claims_fabric.configure(args.planes, args.rate, args.mtu)
     out = Path(args.out)
     work = Path(args.work) if args.work else out / "claims-run"
     plots = Path(args.plots) if args.plots else (
@@ -120,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
     try:
         say(f"bringing up the claims fabric: {n_hosts} hosts x {args.planes} planes at "
-            f"{args.rate} Mbit/s, leaf-spine, "
+            f"{args.rate} Mbit/s, MTU {args.mtu}, leaf-spine, "
             f"{args.element} link elements; Braid daemons on every host")
         fab.up()
         say(f"fabric and daemons up; rows: {', '.join(rows)}; stacks: {', '.join(stacks)}")
@@ -147,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
                             capture_output=True, text=True, timeout=10).stdout.strip()
     data = {"bench": NAME, "quick": bool(args.quick), "rows": results, "stacks": stacks,
             "hosts": n_hosts, "planes": args.planes, "rate_mbit": args.rate,
+            "mtu": args.mtu,
             "element": ("eBPF switch port" if args.element == "ebpf"
                         else "userspace (AF_PACKET) link element"),
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,

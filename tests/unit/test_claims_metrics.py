@@ -116,6 +116,9 @@ def test_a_partial_run_never_overwrites_the_matrix_section() -> None:
     # Another fabric never writes over the default one's sections.
     assert section_name(list(DEFAULT_ROWS), 4, 50) == "claims-" + "-".join(DEFAULT_ROWS) + "-4x50"
     assert section_name(["invisibility"], 4, 50) == "claims-invisibility-4x50"
+    assert section_name(list(DEFAULT_ROWS), mtu=4208) == \
+        "claims-" + "-".join(DEFAULT_ROWS) + "-mtu4208"
+    assert section_name(["incast"], 4, 50, 9000) == "claims-incast-4x50-mtu9000"
 
 
 def test_the_fabric_takes_a_plane_count_and_rate_within_bounds() -> None:
@@ -133,7 +136,32 @@ def test_the_fabric_takes_a_plane_count_and_rate_within_bounds() -> None:
         assert (cf.PLANES, cf.RATE_MBIT) == (4, 50)  # a refused call changes nothing
     finally:
         cf.configure()
-    assert (cf.PLANES, cf.RATE_MBIT) == (2, 100)
+    assert (cf.PLANES, cf.RATE_MBIT, cf.MTU) == (2, 100, 1500)
+
+
+def test_capacities_follow_the_fabric_mtu() -> None:
+    """Every stack fills a bigger frame with more payload; the capacity a row
+    divides by must follow, or a jumbo sitting would flatter every ratio."""
+    from tools.claims import fabric as cf
+    from tools.claims.rows import eff, plane_cap_bps
+    from tools.errors import UserError
+
+    # Braid's daemons size DATA to the path MTU: 1388 bytes at 1500, 4096 at 4208.
+    assert eff("braid") == pytest.approx(1388 / 1514)
+    assert eff("braid-taildrop", 4208) == pytest.approx(4096 / 4222)
+    assert eff("tcp") == eff("mptcp") == pytest.approx(1448 / 1514)
+    try:
+        cf.configure(2, 100, 4208)
+        assert cf.topology(4)["link"]["mtu"] == 4208
+        assert plane_cap_bps("braid", 2) == pytest.approx(2 * 100e6 * 4096 / 4222)
+        assert plane_cap_bps("tcp") == pytest.approx(100e6 * 4156 / 4222)
+        for bad in (1279, 9001):
+            with pytest.raises(UserError, match="--mtu"):
+                cf.configure(2, 100, bad)
+        assert cf.MTU == 4208
+    finally:
+        cf.configure()
+    assert cf.topology(4)["link"]["mtu"] == 1500
 
 
 def test_plane_events_time_the_park_from_the_fault() -> None:

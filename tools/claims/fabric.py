@@ -33,22 +33,30 @@ from tools.errors import UserError
 REPO = Path(__file__).resolve().parents[2]
 PLANES = 2
 RATE_MBIT = 100
-#: Bounds of ``configure`` (a sitting's plane count and per-plane link rate).
+#: The links' MTU (IP packet bytes). Every stack sizes its packets to it:
+#: Braid's daemons size DATA to the path MTU, TCP's MSS follows the route.
+MTU = 1500
+#: Bounds of ``configure`` (a sitting's plane count, per-plane link rate, MTU).
 PLANES_RANGE = (2, 8)
 RATE_RANGE = (10, 1000)
+MTU_RANGE = (1280, 9000)
 
 
-def configure(planes: int = 2, rate_mbit: int = 100) -> None:
-    """Set the fabric's plane count and per-plane link rate for this sitting
-    (``braid bench claims --planes/--rate``). Rows read them at run time."""
-    global PLANES, RATE_MBIT
+def configure(planes: int = 2, rate_mbit: int = 100, mtu: int = 1500) -> None:
+    """Set the fabric's plane count, per-plane link rate and MTU for this
+    sitting (``braid bench claims --planes/--rate/--mtu``). Rows read them at
+    run time."""
+    global PLANES, RATE_MBIT, MTU
     if not PLANES_RANGE[0] <= planes <= PLANES_RANGE[1]:
         raise UserError(f"--planes {planes}: the claims fabric takes "
                         f"{PLANES_RANGE[0]}..{PLANES_RANGE[1]} planes")
     if not RATE_RANGE[0] <= rate_mbit <= RATE_RANGE[1]:
         raise UserError(f"--rate {rate_mbit}: the claims fabric takes "
                         f"{RATE_RANGE[0]}..{RATE_RANGE[1]} Mbit/s per plane")
-    PLANES, RATE_MBIT = planes, rate_mbit
+    if not MTU_RANGE[0] <= mtu <= MTU_RANGE[1]:
+        raise UserError(f"--mtu {mtu}: the claims fabric takes "
+                        f"{MTU_RANGE[0]}..{MTU_RANGE[1]} bytes")
+    PLANES, RATE_MBIT, MTU = planes, rate_mbit, mtu
 TCP_PORT = 5301
 
 
@@ -57,7 +65,7 @@ def topology(hosts: int, element: str = "ebpf") -> dict[str, Any]:
     default; no propagation delay, so the latency case of the asymmetric row
     is skipped) or "userspace" (20 us per link, every fault kind)."""
     link: dict[str, Any] = {"rate": f"{RATE_MBIT}mbit", "buffer": "256KB",
-                            "mtu": 1500, "element": element}
+                            "mtu": MTU, "element": element}
     if element == "userspace":
         link["delay"] = "20us"
     return {

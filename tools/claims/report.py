@@ -13,14 +13,17 @@ from tools.claims.rows import CE_MARK
 DOCS_NAME = "claims"
 
 
-def section_name(rows: list[str], planes: int = 2, rate_mbit: int = 100) -> str:
+def section_name(rows: list[str], planes: int = 2, rate_mbit: int = 100,
+                 mtu: int = 1500) -> str:
     """The full matrix on the default fabric owns the ``claims`` section; a run
     of some rows only writes its own section (``claims-gaps``, ...), and a
-    fabric other than 2 planes x 100 Mbit/s its own (``claims-...-4x50``),
-    never over the matrix."""
+    fabric other than 2 planes x 100 Mbit/s at MTU 1500 its own
+    (``claims-...-4x50``, ``claims-...-mtu4208``), never over the matrix."""
     from tools.claims.rows import DEFAULT_ROWS
 
     fabric = "" if (planes, rate_mbit) == (2, 100) else f"-{planes}x{rate_mbit}"
+    if mtu != 1500:
+        fabric += f"-mtu{mtu}"
     if set(DEFAULT_ROWS) <= set(rows) and not fabric:
         return DOCS_NAME
     return DOCS_NAME + "-" + "-".join(rows) + fabric
@@ -350,6 +353,7 @@ def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> 
              f"within one sitting are the figures), {env['system']}, Python {env['python']}; "
              f"{'--quick' if data['quick'] else 'full'} run, {data['hosts']} hosts x "
              f"{data.get('planes', 2)} planes at {data.get('rate_mbit', 100)} Mbit/s, "
+             f"MTU {data.get('mtu', 1500)}, "
              f"link element: {data['element']}; {data['seconds']:.0f} s"
              + (f"; 1-minute load average {data['loadavg']['start'][0]:.1f} at the start, "
                 f"{data['loadavg']['end'][0]:.1f} at the end (2 CPUs)"
@@ -394,7 +398,8 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
     R = data["rows"]
     # The full matrix's plots are claims-*.png; a partial run or another
     # fabric names its own after its docs section, so it never replaces them.
-    stem = section_name(list(R), data.get("planes", 2), data.get("rate_mbit", 100))
+    stem = section_name(list(R), data.get("planes", 2), data.get("rate_mbit", 100),
+                        data.get("mtu", 1500))
     inv = R.get("invisibility", {}).get("series")
     if inv:
         stacks = sorted({k.split("/")[0] for k in inv})
@@ -496,5 +501,6 @@ def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: 
     (out / "claims.md").write_text(md + "\n")
     if update_docs:
         replace_section(docs_path, section_name(list(data["rows"]), data.get("planes", 2),
-                                                data.get("rate_mbit", 100)), md)
+                                                data.get("rate_mbit", 100),
+                                                data.get("mtu", 1500)), md)
     return path

@@ -6,8 +6,9 @@ figures, ``series`` (bins / step times kept for the plots) and a one-line
 ``ok`` (byte-exact, nothing failed) or the reason it failed.
 
 Capacities are payload rates: a plane carries ``RATE_MBIT`` of frames, so a
-stack's payload capacity is that times its payload share of a 1500-byte
-frame (Braid 1368 of 1494 bytes on IPv4; TCP 1448 of 1514).
+stack's payload capacity is that times its payload share of a full-size
+frame (``eff``; at the default 1500-byte MTU Braid carries 1388 of 1514
+bytes on IPv4, TCP 1448 of 1514).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from tools.claims import fabric as cf
 from tools.claims import metrics as m
 from tools.claims.fabric import ClaimsFabric
 
-EFF = {"braid": 1368 / 1494, "braid-taildrop": 1368 / 1494, "tcp": 1448 / 1514,
-       "mptcp": 1448 / 1514}
+#: TCP's header bytes in a full segment: IPv4 20, TCP 20, timestamps 12.
+TCP_OVERHEAD = 52
+ETH_HEADER = 14
 STACKS = ("braid", "tcp", "mptcp")
 MSG = 65536  # stream message size (the issue's 64 KiB)
 #: Messages a stream keeps queued (1 MiB: several bandwidth-delay products of
@@ -47,8 +49,20 @@ class Ctx:
         return quick if self.quick else full
 
 
+def eff(stack: str, mtu: int | None = None) -> float:
+    """A stack's payload share of a full-size frame at ``mtu`` (the fabric's):
+    Braid's daemons size DATA to the path MTU (``payload_for_mtu``), TCP's
+    MSS is the MTU less its headers; both frames carry 14 Ethernet bytes."""
+    from transport.udp import payload_for_mtu
+
+    mtu = cf.MTU if mtu is None else mtu
+    payload = (payload_for_mtu(mtu, v6=False) if stack.startswith("braid")
+               else mtu - TCP_OVERHEAD)
+    return payload / (mtu + ETH_HEADER)
+
+
 def plane_cap_bps(stack: str, planes: float = 1.0) -> float:
-    return planes * cf.RATE_MBIT * 1e6 * EFF[stack]
+    return planes * cf.RATE_MBIT * 1e6 * eff(stack)
 
 
 def pair_plane(a: int, b: int) -> int:
