@@ -93,6 +93,12 @@ def _cc_scenarios() -> dict[str, tuple[str, Any]]:
                              buffer=64 << 10, duration=0.5, loss_as_mark=False)),
         "applimited": ("app-limited sender, 1% random loss, 16 KiB messages",
                        both(C.scenario_app_limited, ("serial", "paced"))),
+        # Issue 13 (session 12): the claims compound row on a busy host.
+        "compound-busy": ("claims fabric, 3 ms host jitter; at 0.5 s plane 0 dies, plane 1 "
+                          "loses 30% of the data", both(C.scenario_busy_compound, ("pipelined",))),
+        "compound-busy-uec": ("same, loss as mark off",
+                              both(C.scenario_busy_compound, ("pipelined",),
+                                   loss_as_mark=False)),
     }
 
 
@@ -107,6 +113,7 @@ def _cc_figures(r: dict[str, dict[str, Any]]) -> dict[str, Any]:
             f"{c}: srtt/(2 min+target)": f["srtt_mean"] / f["srtt_limit"],
             f"{c}: QuickAdapts": f["quick_adapt"],
             f"{c}: min cwnd (B)": f["cwnd_min"],
+            f"{c}: max gap between messages (ms)": 1e3 * f["max_gap"],
         })
     return out
 
