@@ -246,13 +246,15 @@ def scenario_busy_compound(*, client: Client = "pipelined", jitter: float = 3e-3
     """The claims row's compound fault on a busy host, in virtual time: the
     claims fabric (``claims_fabric``), every host's sends late by up to
     ``jitter``; at ``die_at`` s plane 0 dies and plane 1 loses ``loss`` of
-    the data one way (the receiver's last hop). A flow that has seen no ECN
-    mark or trim yet (it never filled a queue) and whose every RTT now has a
-    loss turns on deviation 1 (delay as the mark: docs/congestion.md), and
-    the host's delay, always above the 2 ms target, then cuts the window to
-    a packet or two (issue 13, session 12: max gap between messages 75 ms
-    median over seeds 1-8, 242 ms worst; with ``loss_as_mark`` False 34 /
-    90 ms)."""
+    the data one way (the receiver's last hop). The stream has seen no ECN
+    mark or trim (it never filled a fabric queue): at the fault its window,
+    sized for two planes, queues at its own link, a random loss of the
+    survivor comes with that delay and turns on deviation 1 (delay as the
+    mark: docs/congestion.md); the host's delay, up to 3 ms against the 2 ms
+    target, then cuts the window, and QuickAdapt, on each later random loss,
+    ratchets it to its floor (issue 13, session 12: longest pause between
+    messages 101 ms median over seeds 1-12, 191 ms worst; with
+    ``loss_as_mark`` False 35 / 58 ms; docs/benchmarks.md)."""
     fab = claims_fabric(("a", "b"), seed=seed, jitter=jitter)
     cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed)
     cfg = replace(cfg, congestion_params={**cfg.congestion_params, "loss_as_mark": loss_as_mark})

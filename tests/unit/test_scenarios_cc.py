@@ -177,15 +177,15 @@ def test_busy_host_with_random_loss_keeps_its_stream(seed: int) -> None:
 def test_busy_compound_reproduces_loss_as_mark_on_heavy_random_loss() -> None:
     # Issue 13, session 12: the claims compound row on a busy host (0-3 ms
     # host jitter; plane 0 dies and plane 1's last hop loses 30% of the
-    # data). The stream never filled a queue before the fault, so it has
-    # seen no mark or trim, and with a loss in every RTT the deviation's
-    # calm ceiling is void: delay as the mark turns on and the host's delay
-    # cuts the window to a few packets (``braid bench sim``'s
-    # ``compound-busy``, a known worst case left for the next round; seeds
-    # 1-12: longest pause between messages median 101 ms, 35 with the
-    # deviation off). The transfer never fails and never times out either
-    # way. When the deviation learns to tell heavy random loss from a
-    # standing tail-drop queue, the first half is what changes.
+    # data). The stream has seen no mark or trim before the fault; a random
+    # loss in the queue its window builds on the survivor turns delay-as-
+    # the-mark on, the host's delay then cuts the window and QuickAdapt
+    # ratchets it to a few packets (``braid bench sim``'s ``compound-busy``,
+    # a known worst case left for the next round; seeds 1-12: longest pause
+    # between messages median 101 ms, 35 with the deviation off). The
+    # transfer never fails and never times out either way. When the
+    # deviation learns to tell heavy random loss from a tail-drop queue
+    # overflowing, the first half is what changes.
     on = C.scenario_busy_compound()
     off = C.scenario_busy_compound(loss_as_mark=False)
     for r in (on, off):
