@@ -359,6 +359,13 @@ def run_stats(args: argparse.Namespace) -> int:
               f"retx {s['retransmissions']}  NACKs {s['nacks_received']}  "
               f"trims {s['trims_fabric'] + s['trims_last_hop']}  acked {s['bytes_acked']}  "
               f"received {s['bytes_received']}")
+        rec = [s.get(k) for k in ("recovered_lt_2ms", "recovered_lt_5ms", "recovered_lt_10ms",
+                                  "recovered_lt_20ms", "recovered_lt_50ms", "recovered_ge_50ms")]
+        if any(rec):  # resent packets by first send to ack (transport/sender.py)
+            print("  resent packets acked < 2 / 5 / 10 / 20 / 50 ms after their first send, "
+                  f"and slower: {' / '.join(str(n) for n in rec)}  (slowest "
+                  f"{_ms(s.get('slowest_recovery'))} ms, {s.get('slowest_recovery_sends')} "
+                  "sends)")
         changes = {k[3:]: v for k, v in s.items() if k.startswith("ev_") and v}
         if changes:  # EV state changes by cause (docs/state-machines.md)
             print("  EV changes: " + "  ".join(f"{k} {v}" for k, v in changes.items()))

@@ -53,6 +53,10 @@ TLP_PACKETS = 2
 #: them): copies there only feed the queue (an incast with 34% tail drops
 #: lost 6% of its goodput to them).
 TWIN_AFTER_LOSSES = 2
+#: Upper bounds (ms) of the loss-recovery histogram: how long a packet that
+#: had to be resent took from its first send to its acknowledgement
+#: (``recovered``; the last bucket is everything slower).
+RECOVERY_BOUNDS_MS = (2, 5, 10, 20, 50)
 #: Resent packets remembered after their acknowledgement, so that the SACK
 #: of an older copy arriving later still shows the loss was spurious.
 RESENT_MEMORY = 256
@@ -78,6 +82,8 @@ class SentPacket:
     #: Resent by a tail-loss probe: an earlier copy arriving is no sign of
     #: reordering (the probe was a guess), so it must not widen the window.
     tlp: bool = False
+    #: When its first copy left (set at its first resend; ``recovered``).
+    first_sent: float = 0.0
     #: (plane << 16) | EV value of the latest transmission (-1: not sent).
     ev_key: int = -1
     #: The plane the latest loss declaration was charged to (-1: none), so
@@ -226,6 +232,12 @@ class Sender:
         self.tlp_probes = 0
         #: Resends that went out as two copies (``TWIN_AFTER_LOSSES``).
         self.twin_resends = 0
+        #: Resent packets by time from first send to acknowledgement, in the
+        #: buckets of ``RECOVERY_BOUNDS_MS``; the slowest, and its sends.
+        self.recovered = [0] * (len(RECOVERY_BOUNDS_MS) + 1)
+        self.slowest_recovery = 0.0
+        self.slowest_recovery_sends = 0
+        self._ack_now = 0.0
         self._tlps = 0
         self.nacks = 0
         self.bytes_acked = 0
@@ -338,6 +350,8 @@ class Sender:
     def on_sent(self, p: SentPacket, *, ev: Any, ev_key: int, now: float, timestamp: int) -> None:
         if p.transmissions:
             self.retransmissions += 1
+            if p.transmissions == 1:
+                p.first_sent = p.sent_time
         elif not self.inflight and not self.retx_queue:
             # New data into an empty pipeline: an idle stretch is not a silence.
             self.last_progress = now
@@ -387,12 +401,16 @@ class Sender:
             # We called it lost, it was only late: no resend needed.
             del self._lost[p.psn]
             self.retx_queue.remove(p)
+            if p.transmissions > 1:
+                self._recovered(p)
             if not p.tlp:
                 self._spurious()
                 res.late.append(p)
         else:
             del self.inflight[p.psn]
             self.bytes_in_flight -= p.length
+            if p.transmissions > 1:
+                self._recovered(p)
             if p.transmissions > 1 and not p.tlp:
                 if echo_ts is not None and echo_ts != p.timestamp:
                     self._spurious()  # an older copy arrived: the resend was not needed
@@ -430,6 +448,21 @@ class Sender:
             del self._msg_segments[p.msg_id]
             res.messages_acked.append((p.msg_id, self._msg_size.pop(p.msg_id)))
         res.newly_acked.append(p)
+
+    def _recovered(self, p: SentPacket) -> None:
+        """A packet that had to be resent is acknowledged: how long its data
+        took, first send to ack (at the SACK's time), into the histogram."""
+        took = self._ack_now - p.first_sent
+        ms = took * 1000
+        i = 0
+        for bound in RECOVERY_BOUNDS_MS:
+            if ms < bound:
+                break
+            i += 1
+        self.recovered[i] += 1
+        if took > self.slowest_recovery:
+            self.slowest_recovery = took
+            self.slowest_recovery_sends = p.transmissions
 
     def _ack_psns(self, psns: Iterable[int], res: AckResult) -> None:
         """``_ack`` each of ``psns`` that is in flight or declared lost, in
@@ -521,6 +554,7 @@ class Sender:
 
     def on_sack(self, sack: Sack, *, now: float, now_us: int) -> AckResult:
         res = AckResult()
+        self._ack_now = now
         inflight = self.inflight
         lost = self._lost
         cum_psn = unwrap(sack.cum_psn, self.cum_acked)

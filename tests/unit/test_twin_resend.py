@@ -141,6 +141,11 @@ def test_twin_copies_leave_on_two_evs_and_shorten_the_worst_message_wait() -> No
     assert twins > 0, "no packet was resent as two copies"
     st = a.conn.stats()
     assert st["twin_resends"] == twins and float(st["rttvar"]) > 0  # type: ignore[arg-type]
+    # Every resent packet is in the recovery histogram; the slowest took rounds.
+    snd = a.conn.sender
+    assert sum(snd.recovered) > 1000 and snd.slowest_recovery_sends >= 3
+    assert st["slowest_recovery"] == snd.slowest_recovery > 5e-3
+    assert st["recovered_ge_50ms"] == snd.recovered[-1]
     # Resends that left in pairs at one instant, on two EVs.
     assert sum(1 for evs in copies.values() if len(evs) >= 2) >= twins // 2
     times = [at[0], *(t for t, _, _ in b.delivered if t >= at[0])]

@@ -217,6 +217,12 @@ class _Ping:
         return {"min": float(m.group(1)), "avg": float(m.group(2)), "max": float(m.group(3))}
 
 
+#: The connection's loss-recovery histogram (``Connection.stats``): resent
+#: packets by first send to ack, < 2 / 5 / 10 / 20 / 50 ms and slower.
+RECOVERED_KEYS = ("recovered_lt_2ms", "recovered_lt_5ms", "recovered_lt_10ms",
+                  "recovered_lt_20ms", "recovered_lt_50ms", "recovered_ge_50ms")
+
+
 def _sender_state(res: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     """The busiest Braid sender's window, NSCC's decisions during the run and
     its plane shares at the end (what limits a stream: the window cap, its
@@ -234,6 +240,9 @@ def _sender_state(res: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
             "rttvar_ms": (c.get("rttvar") or 0) * 1000,
             "reorder_extra_ms": (c.get("reorder_extra") or 0) * 1000,
             "twin_resends": c.get("twin_resends"), "lost_by_time": c.get("lost_by_time"),
+            # Resent packets by first send to ack, over the run (counts per
+            # bucket: < 2, 5, 10, 20, 50 ms, and slower).
+            "recovered": [c.get(k) for k in RECOVERED_KEYS],
             "lost_by_ev_order": c.get("lost_by_ev_order"),
             "plane_weight": shares.get("weight"),
             "plane_qdelay_ms": [q * 1000 for q in shares.get("qdelay") or []],
@@ -526,6 +535,10 @@ def _compound_run(ctx: Ctx, stack: str, label: str, faults: list[tuple[float, st
                 f"silent, {_fmt(pe['parked_after_srtt_at_park'])} of the park's; "
                 f"{pe['parked_cause']}); stall limit 10 srtt + probe interval = "
                 f"{_fmt(limit)} ms")
+        rec = (out["sender"] or {}).get("recovered") or []
+        if rec and all(isinstance(n, int) for n in rec):
+            ctx.say(f"  compound/braid/{label}: resent packets acked < 2 / 5 / 10 / 20 / 50 "
+                    f"ms after their first send, and slower: {' / '.join(map(str, rec))}")
     ctx.say(f"  compound/{stack}/{label}: longest gap {longest * 10} ms (10 ms bins), stall "
             f"{_fmt(out['stall_ms'])} ms (longest pause {_fmt(out['longest_pause_ms'])} ms "
             f"less the usual spacing {_fmt(out['arrival_spacing_ms'])} ms), after-fault "
