@@ -359,8 +359,9 @@ def run_stats(args: argparse.Namespace) -> int:
               f"retx {s['retransmissions']}  NACKs {s['nacks_received']}  "
               f"trims {s['trims_fabric'] + s['trims_last_hop']}  acked {s['bytes_acked']}  "
               f"received {s['bytes_received']}")
-        rec = [s.get(k) for k in ("recovered_lt_2ms", "recovered_lt_5ms", "recovered_lt_10ms",
-                                  "recovered_lt_20ms", "recovered_lt_50ms", "recovered_ge_50ms")]
+        from transport.sender import RECOVERY_KEYS
+
+        rec = [s.get(k) for k in RECOVERY_KEYS]
         if any(rec):  # resent packets by first send to ack (transport/sender.py)
             print("  resent packets acked < 2 / 5 / 10 / 20 / 50 ms after their first send, "
                   f"and slower: {' / '.join(str(n) for n in rec)}  (slowest "

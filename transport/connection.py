@@ -34,7 +34,7 @@ from transport.path_health import PathHealth
 from transport.paths import PathPolicy, get_policy
 from transport.psn import wire as psn_wire
 from transport.receiver import Receiver, SliceError
-from transport.sender import RECOVERY_BOUNDS_MS, TWIN_AFTER_LOSSES, Sender, SentPacket
+from transport.sender import RECOVERY_KEYS, TWIN_AFTER_LOSSES, Sender, SentPacket
 from wire.codec import HandshakeCodec, Opener, Packet, Sealer, peek_untrusted
 from wire.constants import COUNTER_MAX, VERSION, CloseReason, Dscp, Flag, NackReason, PacketType
 from wire.errors import WireError
@@ -1081,9 +1081,7 @@ class Connection:
             "lost_by_time": s.lost_by_time,
             "twin_resends": s.twin_resends,
             # Resent packets by first send to ack (sender.RECOVERY_BOUNDS_MS).
-            **{f"recovered_lt_{b}ms": n for b, n in zip(RECOVERY_BOUNDS_MS, s.recovered,
-                                                       strict=False)},
-            f"recovered_ge_{RECOVERY_BOUNDS_MS[-1]}ms": s.recovered[-1],
+            **dict(zip(RECOVERY_KEYS, s.recovered, strict=True)),
             "slowest_recovery": s.slowest_recovery,
             "slowest_recovery_sends": s.slowest_recovery_sends,
             "lost_by_rto": s.lost_by_rto,

@@ -57,6 +57,9 @@ TWIN_AFTER_LOSSES = 2
 #: had to be resent took from its first send to its acknowledgement
 #: (``recovered``; the last bucket is everything slower).
 RECOVERY_BOUNDS_MS = (2, 5, 10, 20, 50)
+#: Their names in ``Connection.stats``, one per bucket.
+RECOVERY_KEYS = (*(f"recovered_lt_{b}ms" for b in RECOVERY_BOUNDS_MS),
+                 f"recovered_ge_{RECOVERY_BOUNDS_MS[-1]}ms")
 #: Resent packets remembered after their acknowledgement, so that the SACK
 #: of an older copy arriving later still shows the loss was spurious.
 RESENT_MEMORY = 256

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_twin_resend import _Ev, _sack, _sender
-from transport.sender import RECOVERY_BOUNDS_MS, Sender, SentPacket
+from tools.claims.worker import COUNTERS
+from transport.sender import RECOVERY_BOUNDS_MS, RECOVERY_KEYS, Sender, SentPacket
 
 
 def _send(s: Sender, n: int) -> list[SentPacket]:
@@ -62,3 +63,11 @@ def test_a_late_copy_of_a_resent_packet_counts_once_and_the_slowest_stays() -> N
     assert p0 in res.newly_acked
     assert s.recovered == [0, 0, 0, 0, 0, 1]  # 61 ms: slower than the last bound
     assert s.slowest_recovery == pytest.approx(61e-3) and s.slowest_recovery_sends == 2
+
+
+def test_the_histogram_s_names_are_the_same_everywhere() -> None:
+    # The claims worker lists the counters it differences over a run itself
+    # (it imports nothing of the stack).
+    assert set(RECOVERY_KEYS) <= set(COUNTERS)
+    assert RECOVERY_KEYS[0] == "recovered_lt_2ms" and RECOVERY_KEYS[-1] == "recovered_ge_50ms"
+    assert len(RECOVERY_KEYS) == len(_sender().recovered)

@@ -24,6 +24,7 @@ from typing import Any
 from tools.claims import fabric as cf
 from tools.claims import metrics as m
 from tools.claims.fabric import ClaimsFabric
+from transport.sender import RECOVERY_KEYS
 
 #: TCP's header bytes in a full segment: IPv4 20, TCP 20, timestamps 12.
 TCP_OVERHEAD = 52
@@ -217,12 +218,6 @@ class _Ping:
         return {"min": float(m.group(1)), "avg": float(m.group(2)), "max": float(m.group(3))}
 
 
-#: The connection's loss-recovery histogram (``Connection.stats``): resent
-#: packets by first send to ack, < 2 / 5 / 10 / 20 / 50 ms and slower.
-RECOVERED_KEYS = ("recovered_lt_2ms", "recovered_lt_5ms", "recovered_lt_10ms",
-                  "recovered_lt_20ms", "recovered_lt_50ms", "recovered_ge_50ms")
-
-
 def _sender_state(res: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     """The busiest Braid sender's window, NSCC's decisions during the run and
     its plane shares at the end (what limits a stream: the window cap, its
@@ -242,7 +237,7 @@ def _sender_state(res: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
             "twin_resends": c.get("twin_resends"), "lost_by_time": c.get("lost_by_time"),
             # Resent packets by first send to ack, over the run (counts per
             # bucket: < 2, 5, 10, 20, 50 ms, and slower).
-            "recovered": [c.get(k) for k in RECOVERED_KEYS],
+            "recovered": [c.get(k) for k in RECOVERY_KEYS],
             "lost_by_ev_order": c.get("lost_by_ev_order"),
             "plane_weight": shares.get("weight"),
             "plane_qdelay_ms": [q * 1000 for q in shares.get("qdelay") or []],

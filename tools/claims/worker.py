@@ -419,7 +419,8 @@ class Worker:
 COUNTERS = ("packets_sent", "retransmissions", "rtos", "nacks_received", "probes_sent",
             "bytes_acked", "bytes_received", "lost_by_rto", "spurious_losses",
             "lost_by_time", "lost_by_ev_order", "twin_resends",
-            # Resent packets by first send to ack (transport.sender.RECOVERY_BOUNDS_MS).
+            # Resent packets by first send to ack (transport.sender.RECOVERY_KEYS;
+            # the worker imports nothing of the stack: a test keeps them equal).
             "recovered_lt_2ms", "recovered_lt_5ms", "recovered_lt_10ms", "recovered_lt_20ms",
             "recovered_lt_50ms", "recovered_ge_50ms",
             # EV state changes by cause (Connection.stats): late skips, ECN
