@@ -8,28 +8,13 @@ shows in `braid stats` and in the claims JSON without a qlog.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
+from sender_kit import Ev as _Ev
+from sender_kit import new_sender as _sender
+from sender_kit import sack as _sack
 
 from tools.claims.worker import COUNTERS
 from transport.sender import RECOVERY_BOUNDS_MS, RECOVERY_KEYS, Sender, SentPacket
-from wire.packets import Sack
-
-
-@dataclass(frozen=True)
-class _Ev:
-    plane: int
-    value: int
-
-
-def _sender() -> Sender:
-    return Sender(payload_size=1000, initial_rtt=100e-6, min_rto=1.0, max_rto=2.0,
-                  reorder_fraction=0.25, ack_delay=10e-6, psn_window=1 << 16)
-
-
-def _sack(cum: int, ack_psn: int, echo_ts: int, ev: _Ev) -> Sack:
-    return Sack(cum, cum, 0, ack_psn, ev.value, echo_ts, 0, 0, ev.plane)
 
 
 def _send(s: Sender, n: int) -> list[SentPacket]:

@@ -11,8 +11,12 @@ a copy triggers names its EV, other acks say when, not which path.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
+
+from sender_kit import Ev as _Ev
+from sender_kit import new_sender as _sender
+from sender_kit import sack as _sack
 
 from testbed.sim.driver import Simulator
 from testbed.sim.fabric import Fabric, Packet
@@ -21,22 +25,6 @@ from testbed.sim.scenarios_cc import PLANE_RATE, feed, host_config
 from testbed.sim.scenarios_cc import testbed_fabric as make_testbed_fabric
 from transport.connection import _DSCP_RETX
 from transport.sender import TWIN_AFTER_LOSSES, Sender
-from wire.packets import Sack
-
-
-@dataclass(frozen=True)
-class _Ev:
-    plane: int
-    value: int
-
-
-def _sender() -> Sender:
-    return Sender(payload_size=1000, initial_rtt=100e-6, min_rto=1.0, max_rto=2.0,
-                  reorder_fraction=0.25, ack_delay=10e-6, psn_window=1 << 16)
-
-
-def _sack(cum: int, ack_psn: int, echo_ts: int, ev: _Ev) -> Sack:
-    return Sack(cum, cum, 0, ack_psn, ev.value, echo_ts, 0, 0, ev.plane)
 
 
 def _lost_twice(s: Sender) -> Any:
