@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from testbed.sim import scenarios as S
+from testbed.sim import scenarios_alltoall as T
 from testbed.sim import scenarios_cc as C
 from testbed.sim import worst_case as W
 from tools.bench_common import environment, markdown_table, progress, text_table, write_results
@@ -45,7 +46,46 @@ def _scenarios(quick: bool) -> dict[str, tuple[str, Any]]:
         "j": ("spine 0 of plane 0 reboots (data and SACKs)", S.scenario_spine_down),
         **_worst_case(),
         **_cc_scenarios(),
+        **_invisibility(),
     }
+
+
+def _invisibility() -> dict[str, tuple[str, Any]]:
+    """Issue 13's invisibility row in virtual time (testbed/sim/scenarios_alltoall.py):
+    fault-free, under the fault timeline, and on the fabric a dead plane leaves."""
+    faults = ", ".join(what for *_, what in T.TIMELINE)
+    return {
+        "invisibility": (f"4-host all-to-all, 128 KiB per peer per step, claims fabric "
+                         f"(2 x 100 Mbit/s); {faults}",
+                         lambda: T.invisibility(seed=1)),
+        "invisibility-4p": ("same on 4 planes x 50 Mbit/s",
+                            lambda: T.invisibility(seed=1, planes=4,
+                                                   plane_rate=C.PLANE_RATE / 2)),
+    }
+
+
+def _invisibility_figures(r: dict[str, Any]) -> dict[str, Any]:
+    ff, fl, floor = r["fault_free"], r["faulted"], r["floor"]
+    return {
+        "steps fault-free / faulted": f"{ff['steps']} / {fl['steps']}",
+        "p50 ms fault-free / faulted": f"{ff['p50'] * 1e3:.1f} / {fl['p50'] * 1e3:.1f}",
+        "p100 ms fault-free / faulted": f"{ff['p100'] * 1e3:.1f} / {fl['p100'] * 1e3:.1f}",
+        "p100 ratio": r["ratio_p100"],
+        "floor p100 ms (one plane fewer, fault-free)": floor["p100"] * 1e3,
+        "faulted p100 / floor p100": r["over_floor"],
+        "slowest faulted step starts at (s)": fl["slowest"][0],
+        "ideal step ms": ff["ideal"] * 1e3,
+        "RTOs": ff["rtos"] + fl["rtos"],
+        "failed or unfinished": len(ff["failed"]) + len(fl["failed"]) + ff["unfinished"]
+        + fl["unfinished"],
+        "resent packets >= 20 ms fault-free / faulted":
+            f"{_slow(ff['recovered'])} / {_slow(fl['recovered'])}",
+    }
+
+
+def _slow(recovered: dict[str, int]) -> int:
+    return sum(v for k, v in recovered.items()
+               if k in ("recovered_lt_50ms", "recovered_ge_50ms"))
 
 
 def _worst_case() -> dict[str, tuple[str, Any]]:
@@ -147,6 +187,8 @@ def _figures(key: str, r: dict[str, Any]) -> dict[str, Any]:
                 "retransmissions": r["retransmissions"], "spurious": r["spurious_losses"]}
     if key in _cc_scenarios():
         return _cc_figures(r)
+    if key.startswith("invisibility"):
+        return _invisibility_figures(r)
     if key.startswith("k-"):
         return {"ok": r["ok"],
                 "dead planes parked after last answered send (srtt)":

@@ -313,8 +313,8 @@ def scenario_app_limited(*, client: Client = "paced", loss: float = 0.01,
 
 
 def claims_fabric(hosts: tuple[str, ...], *, plane_rate: float = PLANE_RATE, seed: int = 24,
-                  jitter: float = 0.0, trim: bool = True) -> Fabric:
-    """The claims bench's fabric in virtual time: 2 planes x 2 spines at
+                  jitter: float = 0.0, trim: bool = True, planes: int = 2) -> Fabric:
+    """The claims bench's fabric in virtual time: ``planes`` x 2 spines at
     ``plane_rate``, 256 KB buffers, spine ports marking ECN above 16 KB, last
     hops trimming above 32 KB (``trim`` False: tail drop); ``jitter``: every
     host's sends late by [0, jitter) s (a busy event loop)."""
@@ -322,11 +322,11 @@ def claims_fabric(hosts: tuple[str, ...], *, plane_rate: float = PLANE_RATE, see
     sp = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10, ecn_threshold=16 << 10)
     dn = LinkSpec(rate=plane_rate, delay=5e-6, buffer=256 << 10,
                   trim_threshold=(32 << 10) if trim else None)
-    fab = make_fabric(planes=2, spines=2, rate=plane_rate, uplink=up, spine=sp, downlink=dn,
-                      seed=seed, hosts=hosts)
+    fab = make_fabric(planes=planes, spines=2, rate=plane_rate, uplink=up, spine=sp,
+                      downlink=dn, seed=seed, hosts=hosts)
     if jitter:
         for h in hosts:
-            for p in range(2):
+            for p in range(planes):
                 fab.link("uplink", h, p).jitter = jitter
     return fab
 

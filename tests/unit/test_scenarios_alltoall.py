@@ -1,0 +1,74 @@
+"""The claims bench's invisibility row in virtual time (issue 13):
+testbed/sim/scenarios_alltoall.py, reported by ``braid bench sim``
+(``invisibility``, ``invisibility-4p``). Virtual time: deterministic."""
+
+from __future__ import annotations
+
+import statistics
+
+from testbed.sim import scenarios_alltoall as T
+from testbed.sim.driver import Simulator
+from testbed.sim.scenarios_cc import claims_fabric
+
+
+def test_fault_free_all_to_all_runs_in_lockstep_near_the_fabric_rate() -> None:
+    r = T.scenario_alltoall(seed=3, run=0.3)
+    assert not r["failed"] and r["unfinished"] == 0, r
+    # Every host moves 3 x 128 KiB in and out per step: no host can average
+    # faster than the wire allows, and a transport that fills the fabric
+    # stays within twice that (1.4x here).
+    per_host = r["steps"] / T.HOSTS
+    assert per_host >= 8, r
+    assert r["p50"] >= r["ideal"], r
+    assert r["p50"] <= 2 * r["ideal"], r
+    assert r["rtos"] == 0, r
+    assert r["p100"] >= r["p99"] >= r["p50"], r
+    # The slowest step names its three messages: when each left against the
+    # step's start (before it, from a host a step ahead), and how long it took.
+    assert len(r["slowest_messages"]) == T.HOSTS - 1, r
+    start, took = r["slowest"]
+    assert took == r["p100"] and 0 <= start < 0.3, r
+    assert max(m["sent_after"] + m["took"] for m in r["slowest_messages"]) <= took + 1e-9, r
+    assert all(m["took"] > 0 for m in r["slowest_messages"]), r
+
+
+def test_plane_down_slows_steps_by_the_capacity_it_takes_and_loses_nothing() -> None:
+    timeline = ((0.1, 0.2, "plane", "plane 1 down"),)
+    r = T.scenario_alltoall(seed=4, run=0.3, faults=True, timeline=timeline)
+    assert not r["failed"] and r["unfinished"] == 0, r
+    assert r["plane_parks"] >= 1, r  # every connection stops feeding the dead plane
+    assert r["rtos"] == 0, r
+    ff = T.scenario_alltoall(seed=4, run=0.3)
+    # Half the capacity went for a third of the run: fewer steps, and the
+    # slowest one at least as long as a step on one plane takes.
+    assert r["steps"] < ff["steps"], (r, ff)
+    assert r["p100"] >= 2 * ff["ideal"], r
+    assert r["p100"] > ff["p100"], (r, ff)
+
+
+def test_the_timeline_heals_everything_it_breaks() -> None:
+    hosts = tuple(f"h{i}" for i in range(T.HOSTS))
+    fab = claims_fabric(hosts)
+    sim = Simulator(fab)
+    seen: list[tuple[float, bool, bool, float]] = []  # time, plane-1 or flap link down, ...
+    gray = fab.link("uplink", "h1", 0)
+    flap = fab.link("downlink", "h2", 1)
+    spine = fab.link("spine", "h3", 0, 0)
+    plane1 = fab.link("uplink", "h0", 1)
+
+    def look() -> None:
+        seen.append((round(sim.now, 3), plane1.down or flap.down, spine.down, gray.gray_loss))
+        if sim.now < T.RUN:
+            sim.at(sim.now + 0.05, look)
+
+    T._apply(sim, fab, hosts, 0.0, T.TIMELINE)
+    sim.at(0.025, look)
+    sim.run(until=T.RUN + 0.1)
+    at = {t: rest for t, *rest in seen}
+    assert at[0.525] == [True, False, 0.0]  # plane 1 down
+    assert at[1.225] == [False, True, 0.0]  # spine 0 of plane 0 rebooting
+    assert at[1.775] == [False, False, 0.5]  # the gray uplink
+    assert [at[t][0] for t in (2.325, 2.425, 2.525, 2.625)] == [True, False, True, False]
+    assert at[2.875] == [False, False, 0.0]
+    assert not any(ln.down for ln in fab.links()) and statistics.fmean(
+        ln.gray_loss for ln in fab.links()) == 0.0
