@@ -74,6 +74,8 @@ def _invisibility_figures(r: dict[str, Any]) -> dict[str, Any]:
         "floor p100 ms (one plane fewer, fault-free)": floor["p100"] * 1e3,
         "faulted p100 / floor p100": r["over_floor"],
         "slowest faulted step starts at (s)": fl["slowest"][0],
+        "p100 ms by fault": ", ".join(f"{kind} {v * 1e3:.0f}" for kind, v
+                                      in fl["p100_per_fault"].items() if v is not None),
         "ideal step ms": ff["ideal"] * 1e3,
         "RTOs": ff["rtos"] + fl["rtos"],
         "failed or unfinished": len(ff["failed"]) + len(fl["failed"]) + ff["unfinished"]

@@ -152,6 +152,11 @@ def scenario_alltoall(*, seed: int = 1, jitter: float = 0.0, size: int = 128 << 
     took = sorted(b - a for pair in link for a, b in zip(sent[pair], got[pair], strict=False))
     recovered = [sum(p.conn.sender.recovered[k] for p in peers) for k in range(len(RECOVERY_KEYS))]
     durations = [d for _, d in steps]
+    # Per fault kind of the timeline: the slowest step that overlapped it
+    # (or the 0.1 s after it ended).
+    per_fault = {kind: max((d for t, d in steps if t <= end + 0.1 and t + d >= start),
+                           default=None)
+                 for start, end, kind, _ in timeline} if faults else {}
     return {
         "failed": [p.failed for p in peers if p.failed],
         "steps": len(steps),
@@ -164,6 +169,7 @@ def scenario_alltoall(*, seed: int = 1, jitter: float = 0.0, size: int = 128 << 
         # Its three messages: sent how long after the step began, and how
         # long each took to arrive.
         "slowest_messages": behind,
+        "p100_per_fault": per_fault,
         "ideal": (HOSTS - 1) * size / (planes * plane_rate),
         "message_p50": took[len(took) // 2] if took else None,
         "message_p100": took[-1] if took else None,
