@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 from testbed.sim import scenarios as S
 from testbed.sim import scenarios_alltoall as T
 from testbed.sim import scenarios_cc as C
 from testbed.sim import worst_case as W
-from tools.bench_common import environment, markdown_table, progress, text_table, write_results
+from tools.bench_common import (
+    DEFAULT_DOCS,
+    environment,
+    markdown_table,
+    progress,
+    text_table,
+    write_results,
+)
 
 HELP = "scenarios a-n and the congestion scenarios of the connection core in the simulated fabric"
 
@@ -58,7 +66,7 @@ def _invisibility() -> dict[str, tuple[str, Any]]:
         "invisibility": (f"4-host all-to-all, 128 KiB per peer per step, claims fabric "
                          f"(2 x 100 Mbit/s); {faults}",
                          lambda: T.invisibility(seed=1)),
-        "invisibility-4p": ("same on 4 planes x 50 Mbit/s",
+        "invisibility-4p": ("4-host all-to-all on 4 planes x 50 Mbit/s; the same timeline",
                             lambda: T.invisibility(seed=1, planes=4,
                                                    plane_rate=C.PLANE_RATE / 2)),
     }
@@ -83,6 +91,22 @@ def _invisibility_figures(r: dict[str, Any]) -> dict[str, Any]:
         "resent packets >= 20 ms fault-free / faulted":
             f"{_slow(ff['recovered'])} / {_slow(fl['recovered'])}",
     }
+
+
+def _plot(key: str, title: str, r: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """The invisibility row's step plot: into ``--out``, and with
+    ``--update-docs`` into docs/claims/ (returned as a markdown image link)."""
+    from tools.sim_plot import plot_invisibility
+
+    name = f"sim-{key}.png"
+    short = title.split(";")[0]
+    path = plot_invisibility(r, T.timeline_events(), f"{key} ({short})", Path(args.out) / name)
+    progress(f"sim: plot {path}")
+    if not args.update_docs:
+        return []
+    docs = Path(args.docs) if args.docs else DEFAULT_DOCS
+    plot_invisibility(r, T.timeline_events(), f"{key} ({short})", docs.parent / "claims" / name)
+    return [f"![{key}](claims/{name})"]
 
 
 def _slow(recovered: dict[str, int]) -> int:
@@ -225,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
     if args.spray_run is not None:
         S.CONFIG_OVERRIDES["spray_run"] = args.spray_run
     rows: list[list[str]] = []
+    plots: list[str] = []  # markdown image links (docs-relative)
     data: dict[str, Any] = {"environment": environment(), "scenarios": {}}
     for key, (title, fn) in _scenarios(args.quick).items():
         if only and key not in only and key.rstrip("15") not in only \
@@ -238,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
         figs["real seconds"] = real
         data["scenarios"][key] = {"title": title, **figs}
         rows.append([key, title, "; ".join(f"{k} {_fmt(v)}" for k, v in figs.items())])
+        if key.startswith("invisibility"):
+            plots += _plot(key, title, r, args)
     header = ["", "scenario", "figures (virtual time)"]
     print(text_table(header, rows))
     md = (
@@ -247,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
         + (f"; every connection with spray_run={args.spray_run}" if args.spray_run else "")
         + ".\n\n"
         + markdown_table(header, rows)
+        + "".join(f"\n{p}\n" for p in plots)
     )
     path = write_results("sim", data, md, args.out, update_docs=args.update_docs, docs=args.docs)
     print(f"results: {path}")

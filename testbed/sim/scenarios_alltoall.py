@@ -48,6 +48,20 @@ RUN = 2.9
 FLAP = 0.1
 
 
+def timeline_events(timeline: tuple[tuple[float, float, str, str], ...] = TIMELINE
+                    ) -> list[tuple[float, str]]:
+    """``timeline`` as the testbed's fault timeline says it (``at T FAULT``
+    lines, testbed/faults.py): each impairment, and its end where the
+    grammar has one (a reboot and a flap carry their duration)."""
+    ends = {"plane": "plane 1 up", "gray": "link h1:p0 heal"}
+    out: list[tuple[float, str]] = []
+    for start, end, kind, what in timeline:
+        out.append((start, what))
+        if kind in ends:
+            out.append((end, ends[kind]))
+    return sorted(out)
+
+
 def _apply(sim: Simulator, fab: Fabric, hosts: tuple[str, ...], t0: float,
            timeline: tuple[tuple[float, float, str, str], ...]) -> None:
     """Schedule ``timeline`` on ``fab`` from ``t0``."""
@@ -170,6 +184,8 @@ def scenario_alltoall(*, seed: int = 1, jitter: float = 0.0, size: int = 128 << 
         # long each took to arrive.
         "slowest_messages": behind,
         "p100_per_fault": per_fault,
+        # Every step: (start, duration), seconds after the first step.
+        "step_series": sorted(steps),
         "ideal": (HOSTS - 1) * size / (planes * plane_rate),
         "message_p50": took[len(took) // 2] if took else None,
         "message_p100": took[-1] if took else None,
