@@ -5,6 +5,7 @@ testbed/sim/scenarios_alltoall.py, reported by ``braid bench sim``
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 from testbed.sim import scenarios_alltoall as T
 from testbed.sim.driver import Simulator
@@ -72,3 +73,29 @@ def test_the_timeline_heals_everything_it_breaks() -> None:
     assert at[2.875] == [False, False, 0.0]
     assert not any(ln.down for ln in fab.links()) and statistics.fmean(
         ln.gray_loss for ln in fab.links()) == 0.0
+
+
+def test_timeline_reads_as_the_testbeds_fault_grammar() -> None:
+    from testbed.faults import parse_fault
+
+    events = T.timeline_events()
+    assert [t for t, _ in events] == sorted(t for t, _ in events)
+    assert (0.3, "plane 1 down") in events and (0.8, "plane 1 up") in events
+    assert (2.0, "link h1:p0 heal") in events
+    for _, text in events:
+        parse_fault(text)  # raises on anything the testbed would refuse
+
+
+def test_invisibility_plot_is_written(tmp_path: Path) -> None:
+    from tools.sim_plot import plot_invisibility
+
+    def run(p100: float) -> dict[str, object]:
+        series = [(0.02 * i, 0.02 + 0.001 * (i % 5)) for i in range(100)]
+        series.append((1.2, p100))
+        return {"step_series": series, "p50": 0.022, "p100": p100, "ideal": 0.0157}
+
+    r = {"fault_free": run(0.03), "faulted": run(0.09), "floor": run(0.06),
+         "ratio_p100": 3.0, "over_floor": 1.5}
+    out = plot_invisibility(r, T.timeline_events(), "test", tmp_path / "x" / "p.png")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
