@@ -1,5 +1,6 @@
 """``braid bench sim``: the core's scenarios (a)–(j), issue 12's worst cases
-(k)–(n) and its congestion scenarios in the simulated fabric.
+(k)–(n) and its congestion scenarios, and issue 13's invisibility row, in
+the simulated fabric.
 
 The same runners the scenario tests assert on (testbed/sim/scenarios.py);
 virtual time, so the figures are deterministic and independent of this
@@ -26,13 +27,15 @@ from tools.bench_common import (
     write_results,
 )
 
-HELP = "scenarios a-n and the congestion scenarios of the connection core in the simulated fabric"
+HELP = ("scenarios a-n, the congestion scenarios and the invisibility row (all-to-all through "
+        "a fault timeline) of the connection core in the simulated fabric")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default="",
-                        help="comma-separated scenario keys, e.g. a,c,k,jitter,taildrop (k-n: "
-                             "issue 12's worst cases, each with both clients)")
+                        help="comma-separated scenario keys, e.g. a,c,k,jitter,taildrop,"
+                             "invisibility (k-n: issue 12's worst cases, each with both "
+                             "clients; invisibility: 2 and 4 planes, each with a plot)")
     parser.add_argument("--spray-run", type=int, default=None, metavar="K",
                         help="spray granularity of every connection (packets in a row per "
                         "EV; default 1, per-packet)")
