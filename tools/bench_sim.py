@@ -102,13 +102,13 @@ def _plot(key: str, title: str, r: dict[str, Any], args: argparse.Namespace) -> 
     from tools.sim_plot import plot_invisibility
 
     name = f"sim-{key}.png"
-    short = title.split(";")[0]
-    path = plot_invisibility(r, T.timeline_events(), f"{key} ({short})", Path(args.out) / name)
+    short = f"{key}, {r['faulted']['planes']} planes, virtual time"
+    path = plot_invisibility(r, T.timeline_events(), short, Path(args.out) / name)
     progress(f"sim: plot {path}")
     if not args.update_docs:
         return []
     docs = Path(args.docs) if args.docs else DEFAULT_DOCS
-    plot_invisibility(r, T.timeline_events(), f"{key} ({short})", docs.parent / "claims" / name)
+    plot_invisibility(r, T.timeline_events(), short, docs.parent / "claims" / name)
     return [f"![{key}](claims/{name})"]
 
 

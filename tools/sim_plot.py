@@ -22,8 +22,10 @@ def plot_invisibility(r: dict[str, Any], events: list[tuple[float, str]], title:
 
     ff, fl, floor = r["fault_free"], r["faulted"], r["floor"]
     end = max((t + d for t, d in fl["step_series"] + ff["step_series"]), default=1.0)
-    end = max([end] + [t + 0.7 for t, _ in events])  # room for the last fault's label
     lanes = fault_lanes(events, end)
+    # Room for each fault's label after its bar (the lane axis is about 110
+    # characters of its labels wide).
+    end = max([end] + [b.end / (1 - (len(b.label) + 2) / 110) for _, bars in lanes for b in bars])
     fig, (ax, lane_ax) = plt.subplots(
         2, 1, figsize=(9, 4.4), sharex=True,
         gridspec_kw={"height_ratios": [3, max(1, len(lanes)) * 0.35]})

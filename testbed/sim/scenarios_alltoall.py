@@ -173,6 +173,7 @@ def scenario_alltoall(*, seed: int = 1, jitter: float = 0.0, size: int = 128 << 
                  for start, end, kind, _ in timeline} if faults else {}
     return {
         "failed": [p.failed for p in peers if p.failed],
+        "planes": planes,
         "steps": len(steps),
         "unfinished": sum(len(s) - len(got[pair]) for pair, s in sent.items()),
         "p50": statistics.median(durations) if durations else None,

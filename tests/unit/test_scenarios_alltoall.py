@@ -92,7 +92,7 @@ def test_invisibility_plot_is_written(tmp_path: Path) -> None:
     def run(p100: float) -> dict[str, object]:
         series = [(0.02 * i, 0.02 + 0.001 * (i % 5)) for i in range(100)]
         series.append((1.2, p100))
-        return {"step_series": series, "p50": 0.022, "p100": p100, "ideal": 0.0157}
+        return {"step_series": series, "p50": 0.022, "p100": p100, "ideal": 0.0157, "planes": 2}
 
     r = {"fault_free": run(0.03), "faulted": run(0.09), "floor": run(0.06),
          "ratio_p100": 3.0, "over_floor": 1.5}
