@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 from typing import Any
 
 from tools.bench_common import REPO_ROOT
@@ -24,19 +23,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(docs_default=str(REPO_ROOT / "docs" / "testbed.md"))
 
 
-def _commit() -> str:
-    r = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
-                       capture_output=True, text=True)
-    return r.stdout.strip() or "unknown"
-
-
 def _f(x: Any, fmt: str = "{:,.0f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
 def run(args: argparse.Namespace) -> int:
     from testbed.bench_element import RATE, TRIM, run_all
-    from tools.bench_common import environment, markdown_table, progress, text_table, write_results
+    from tools.bench_common import (
+        environment,
+        git_commit,
+        markdown_table,
+        progress,
+        text_table,
+        write_results,
+    )
     from tools.errors import UserError
 
     if os.geteuid() != 0:
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     progress("eBPF port, then the userspace element (about a minute)")
     data = run_all(bool(args.quick))
     env = environment()
-    commit = _commit()
+    commit = git_commit()
     data.update({"bench": NAME, "environment": env, "commit": commit, "quick": args.quick,
                  "note": "shared 2-core machine: absolute numbers are noisy; compare the "
                          "two elements within one run"})

@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tools.bench_goodput import _commit
+    from tools.bench_common import git_commit as _commit
     from tools.errors import UserError
 
     try:

@@ -430,6 +430,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tools.bench_common import environment, markdown_table, progress, text_table, write_results
+    from tools.bench_common import git_commit as _commit
     from tools.cmd_transfer import parse_size
     from tools.errors import UserError
 
@@ -533,20 +534,6 @@ def _budget(prof: Path, braid: dict[str, Any]) -> list[dict[str, object]]:
     real = {"sender": braid["cpu_tx_s"] / packets * 1e6,
             "receiver": braid["cpu_rx_s"] / packets * 1e6}
     return budget(f"{prof}.pstats", f"{prof}.rx.pstats", packets, real)
-
-
-def _commit() -> str:
-    """The commit measured (with '+dirty' when the work tree has changes)."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def _aioquic_version() -> str:

@@ -21,6 +21,7 @@ from testbed.sim import worst_case as W
 from tools.bench_common import (
     DEFAULT_DOCS,
     environment,
+    git_commit,
     markdown_table,
     progress,
     text_table,
@@ -253,7 +254,8 @@ def run(args: argparse.Namespace) -> int:
         S.CONFIG_OVERRIDES["spray_run"] = args.spray_run
     rows: list[list[str]] = []
     plots: list[str] = []  # markdown image links (docs-relative)
-    data: dict[str, Any] = {"environment": environment(), "scenarios": {}}
+    data: dict[str, Any] = {"environment": environment(), "commit": git_commit(),
+                            "scenarios": {}}
     for key, (title, fn) in _scenarios(args.quick).items():
         if only and key not in only and key.rstrip("15") not in only \
                 and key.split("-")[0] not in only:
@@ -277,7 +279,9 @@ def run(args: argparse.Namespace) -> int:
         + (f"; every connection with spray_run={args.spray_run}" if args.spray_run else "")
         + ".\n\n"
         + markdown_table(header, rows)
-        + "".join(f"\n{p}\n" for p in plots)
+        + "".join(f"\n\n{p}" for p in plots)
+        + f"\n\nMeasured {data['environment']['time']} at commit {data['commit']} (virtual "
+        "time: every figure but the real seconds is the same on any machine).\n"
     )
     path = write_results("sim", data, md, args.out, update_docs=args.update_docs, docs=args.docs)
     print(f"results: {path}")
