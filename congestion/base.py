@@ -50,6 +50,11 @@ class CongestionController(Protocol):
 
     def on_ack(self, sample: AckSample) -> None: ...
 
+    def set_senders(self, n: int) -> None:
+        """``n`` connections of this host (its endpoint) have data to send
+        now, this one among them: they share the host's NICs."""
+        ...
+
     def on_plane_rtt(self, *, plane: int, rtt: float) -> None:
         """A round trip through ``plane`` (a SACK's echo; also when the packet
         was acknowledged already, by a faster plane's SACK): a multipath

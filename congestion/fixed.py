@@ -45,6 +45,9 @@ class FixedWindow:
     def on_ack(self, sample: AckSample) -> None:
         self._acked += sample.acked_bytes
 
+    def set_senders(self, n: int) -> None:
+        pass  # a fixed window is fixed
+
     def on_plane_rtt(self, *, plane: int, rtt: float) -> None:
         pass
 

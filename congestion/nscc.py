@@ -184,6 +184,9 @@ class Nscc:
         # Each plane's minimum RTT from every round trip through it
         # (``on_plane_rtt``): the BDP is the sum of the planes' own.
         self._plane_min: dict[int, float] = {}
+        # Deviation 8: how many connections of this host are sending now
+        # (``set_senders``); they share one maxwnd.
+        self._senders = 1
         self._set_base(base_rtt)
         self.md_gain = md_gain
         self.md_floor = md_floor
@@ -299,8 +302,9 @@ class Nscc:
         self.target_delay = base / 2 if self._target_cfg is None else self._target_cfg
         self.qa_delay = 4 * self.target_delay if self._qa_cfg is None else self._qa_cfg
         self.fi_delay = self.target_delay / 10 if self._fi_cfg is None else self._fi_cfg
-        self.max_window = max(self.max_bdp_factor * self.bdp,
-                              self.bdp + self.line_rate * self.target_delay, self.min_window)
+        self.max_window = max(max(self.max_bdp_factor * self.bdp,
+                                  self.bdp + self.line_rate * self.target_delay) / self._senders,
+                              self.min_window)
 
     def _clamp(self, w: float) -> float:
         return min(max(w, self.min_window), self.max_window)
@@ -434,6 +438,17 @@ class Nscc:
         self._counts["shared_mark_md"] += 1
 
     # -- CongestionController ----------------------------------------------------
+
+    def set_senders(self, n: int) -> None:
+        """Deviation 8: ``n`` connections of this host are sending; each gets
+        1/n of maxwnd (the QuickAdapt gate and floor follow it)."""
+        n = max(1, n)
+        if n == self._senders:
+            return
+        self._senders = n
+        self._set_base(self.base_rtt)
+        self._cwnd = min(self._cwnd, self.max_window)
+        self._update_pacer()
 
     @property
     def cwnd(self) -> int:
@@ -665,6 +680,7 @@ class Nscc:
             "delay_is_mark": float(self._delay_is_mark),
             "calm_delay": self._calm_ceiling(),
             "mark_alpha": self._mark_alpha,
+            "host_senders": float(self._senders),
         }
         out.update(self._counts)
         return out

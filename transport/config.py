@@ -70,6 +70,9 @@ class ConnectionConfig:
     #: burst's size over the planes that are up. See docs/benchmarks.md for
     #: what it costs in load balance.
     spray_run: int = 1
+    #: The endpoint's connections that have data to send share one maxwnd
+    #: (NSCC deviation 8, ``transport/host_share.py``): False gives each its own.
+    host_share: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.planes <= 255:

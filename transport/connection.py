@@ -30,6 +30,7 @@ from transport.events import (
     MessageAcked,
     MessageDelivered,
 )
+from transport.host_share import HostShare
 from transport.path_health import PathHealth
 from transport.paths import PathPolicy, get_policy
 from transport.psn import wire as psn_wire
@@ -115,6 +116,8 @@ class Connection:
         } if c.congestion == "nscc" else {}
         cc_params.update(c.congestion_params)
         self.cc = cc_registry.get(c.congestion, **cc_params)
+        #: The endpoint's sending connections, which share its maxwnd (None: alone).
+        self.host_share: HostShare | None = None
         self.sender = Sender(
             payload_size=c.payload_size, initial_rtt=c.initial_rtt, min_rto=c.min_rto,
             max_rto=c.max_rto, reorder_fraction=c.reorder_fraction,
@@ -909,6 +912,9 @@ class Connection:
 
     def _output(self, now: float) -> list[tuple[bytes, TxPath]]:
         self._now = now
+        share = self.host_share
+        if share is not None:
+            share.note(self, self.is_established and self.sender.has_pending)
         out = self._control
         self._control = []
         if not self.is_established:

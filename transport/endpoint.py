@@ -26,6 +26,7 @@ from transport.config import ConnectionConfig
 from transport.connection import Connection
 from transport.datagram import RxInfo, TxPath
 from transport.events import ConnectionClosed, ConnectionFailed, Event
+from transport.host_share import HostShare
 from wire.codec import HandshakeCodec, peek_untrusted
 from wire.constants import HEADER_TAG_LEN, VERSION, Dscp, PacketType
 from wire.errors import WireError
@@ -81,6 +82,8 @@ class Endpoint:
         self._unknown_t: float | None = None
         self._stateless: list[tuple[PeerKey, bytes, TxPath]] = []
         self.unknown_answered = 0
+        #: This host's sending connections share its maxwnd (``host_share``).
+        self.host_share = HostShare() if config.host_share else None
 
     # -- bookkeeping -------------------------------------------------------------
 
@@ -119,6 +122,7 @@ class Endpoint:
         cfg = config or self.config
         conn = Connection.initiate(config=replace(cfg, seed=cfg.seed ^ cid), secret=self.secret,
                                    local_cid=cid, now=now)
+        conn.host_share = self.host_share
         self.connections[cid] = conn
         self._peer[cid] = peer
         self.initiated += 1
@@ -210,6 +214,7 @@ class Endpoint:
         lcid = self._new_cid()
         conn = Connection.accept(config=replace(self.config, seed=self.config.seed ^ lcid),
                                  secret=self.secret, local_cid=lcid, init=init, now=now)
+        conn.host_share = self.host_share
         self.connections[lcid] = conn
         self._peer[lcid] = peer
         self._init_nonce[init.nonce] = lcid
@@ -304,6 +309,8 @@ class Endpoint:
         so their last datagrams (CLOSE, RESET) have been taken."""
         gone = [c for c in self.connections.values() if c.is_terminal]
         for conn in gone:
+            if self.host_share is not None:
+                self.host_share.note(conn, False)
             self._ack_pending.pop(conn.local_cid, None)
             del self.connections[conn.local_cid]
             del self._peer[conn.local_cid]

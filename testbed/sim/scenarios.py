@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,10 +28,16 @@ from transport.events import (
     MessageAcked,
     MessageDelivered,
 )
+from transport.host_share import HostShare
 from wire.codec import HandshakeCodec
 from wire.packets import Init
 
 SECRET = bytes(range(32))
+#: Per simulator, each host's ``HostShare``: what its endpoint (one per
+#: daemon) keeps for the connections it holds, here shared by the
+#: connections ``connect_pair`` puts on that host.
+_HOST_SHARES: weakref.WeakKeyDictionary[Simulator, dict[str, HostShare]] = (
+    weakref.WeakKeyDictionary())
 #: IPv6 + UDP bytes on the wire around every datagram.
 OVERHEAD = 48
 
@@ -107,6 +114,10 @@ def connect_pair(
     b = Connection.accept(config=b_config or replace(config, seed=config.seed + 7919),
                           secret=secret, local_cid=cids[1], init=init, now=now)
     pa, pb = Peer(a, a_host), Peer(b, b_host)
+    shares = _HOST_SHARES.setdefault(sim, {})
+    for peer in (pa, pb):
+        if peer.conn.config.host_share:
+            peer.conn.host_share = shares.setdefault(peer.name, HostShare())
     sim.add_endpoint(a_host, pa, peer=b_host, conn_id=cids[0])
     sim.add_endpoint(b_host, pb, peer=a_host, conn_id=cids[1])
     return pa, pb

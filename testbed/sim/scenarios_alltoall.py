@@ -97,17 +97,19 @@ def _apply(sim: Simulator, fab: Fabric, hosts: tuple[str, ...], t0: float,
 def scenario_alltoall(*, seed: int = 1, jitter: float = 0.0, size: int = 128 << 10,
                       faults: bool = False, run: float = RUN, planes: int = 2,
                       plane_rate: float = PLANE_RATE,
-                      timeline: tuple[tuple[float, float, str, str], ...] = TIMELINE
-                      ) -> dict[str, Any]:
+                      timeline: tuple[tuple[float, float, str, str], ...] = TIMELINE,
+                      host_share: bool = True) -> dict[str, Any]:
     """Step times of the 4-host all-to-all, fault-free or under ``TIMELINE``.
 
     ``jitter``: every host's sends late by [0, jitter) s (a busy event loop).
+    ``host_share`` False: each connection has a maxwnd of its own, as before
+    NSCC deviation 8 (transport/host_share.py).
     Also reported: each message's time from its send to its delivery, and
     how long every resent packet took (the connections' ``recovered``
     histogram, summed)."""
     hosts = tuple(f"h{i}" for i in range(HOSTS))
     fab = claims_fabric(hosts, seed=seed, jitter=jitter, planes=planes, plane_rate=plane_rate)
-    cfg = host_config(fab, plane_rate=plane_rate, seed=seed)
+    cfg = host_config(fab, plane_rate=plane_rate, seed=seed, host_share=host_share)
     sim = Simulator(fab)
     link: dict[tuple[int, int], Peer] = {}  # (src, dst) -> the peer sending src -> dst
     for k, (i, j) in enumerate(itertools.combinations(range(HOSTS), 2)):

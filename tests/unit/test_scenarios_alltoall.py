@@ -99,3 +99,21 @@ def test_invisibility_plot_is_written(tmp_path: Path) -> None:
     out = plot_invisibility(r, T.timeline_events(), "test", tmp_path / "x" / "p.png")
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_a_hosts_connections_share_its_window_so_its_uplink_holds_no_queue() -> None:
+    # NSCC deviation 8: before it, the three connections of each host held
+    # three maxwnds, the surplus queued at the host's own uplink (no mark, no
+    # trim there), and the smoothed RTTs, the loss timers and every resend
+    # waited behind it.
+    shared = T.scenario_alltoall(seed=3, run=0.3)
+    alone = T.scenario_alltoall(seed=3, run=0.3, host_share=False)
+    assert not shared["failed"] and not alone["failed"]
+
+    def slow(r: dict[str, object]) -> int:
+        rec = r["recovered"]
+        assert isinstance(rec, dict)
+        return int(rec["recovered_lt_20ms"] + rec["recovered_lt_50ms"] + rec["recovered_ge_50ms"])
+
+    assert slow(shared) == 0 < slow(alone), (shared["recovered"], alone["recovered"])
+    assert shared["p100"] <= 1.6 * shared["ideal"] < alone["p100"], (shared, alone)
