@@ -105,6 +105,12 @@ scenarios that motivate each):
    ``qa_delay`` (32 KB at 25 Mbit/s is 10.5 ms), and its trims size each
    flow's cut; on delay, QuickAdapt cut whichever flow's ACKs came in late
    to one packet and starved it for the rest of an incast burst.
+8. One maxwnd per host (``set_senders``). maxwnd is sized to the host's
+   NICs, and a host sending to n peers at once held n of them: the surplus
+   waited in its own transmit queue, which marks and trims nothing, and
+   every RTT-scaled timer grew with it (``transport/host_share.py``). Each
+   of the n connections with data to send gets 1/n of maxwnd (the
+   QuickAdapt gate and floor follow). ``ConnectionConfig.host_share``.
 """
 
 from __future__ import annotations

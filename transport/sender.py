@@ -242,6 +242,9 @@ class Sender:
         self.slowest_recovery_sends = 0
         self._ack_now = 0.0
         self._tlps = 0
+        #: Probe packets queued by ``on_tlp`` and not yet sent: they go out
+        #: past a full window (the connection counts them down).
+        self.probes_due = 0
         self.nacks = 0
         self.bytes_acked = 0
 
@@ -675,6 +678,7 @@ class Sender:
             self.rto_backoff = 0
             self.consecutive_rtos = 0
             self._tlps = 0
+            self.probes_due = 0
         res.lost = self.detect_losses(now)
         return res
 
@@ -790,6 +794,7 @@ class Sender:
         if out:
             self._tlps += 1
             self.tlp_probes += 1
+            self.probes_due = len(out) + (len(out) == 1)
         return out
 
     def _rto_base(self) -> float:

@@ -117,3 +117,15 @@ def test_a_hosts_connections_share_its_window_so_its_uplink_holds_no_queue() -> 
 
     assert slow(shared) == 0 < slow(alone), (shared["recovered"], alone["recovered"])
     assert shared["p100"] <= 1.6 * shared["ideal"] < alone["p100"], (shared, alone)
+
+
+def test_a_window_held_on_a_dead_plane_is_probed_not_left_to_the_rto() -> None:
+    # Seed 2: as plane 1 dies, one connection's window (one packet after
+    # QuickAdapt) is held by four packets in flight on it, ten more wait to
+    # be resent, and every tail-loss probe queued behind the full window:
+    # nothing moved until the RTO, 40 ms later (an 82 ms step). With a plane
+    # parked the probe goes out past the window.
+    timeline = ((0.3, 0.8, "plane", "plane 1 down"),)
+    r = T.scenario_alltoall(seed=2, run=0.45, faults=True, timeline=timeline)
+    assert not r["failed"] and r["unfinished"] == 0, r
+    assert r["rtos"] == 0, r
