@@ -9,6 +9,8 @@ from dataclasses import replace
 from test_endpoint import CFG, SECRET, Wire
 
 from congestion.nscc import Nscc
+from transport.config import ConnectionConfig
+from transport.connection import Connection
 from transport.endpoint import Endpoint
 from transport.events import MessageAcked
 from transport.host_share import HostShare
@@ -62,11 +64,16 @@ def _senders(ep: Endpoint) -> list[float]:
     return sorted(c.cc.stats()["host_senders"] for c in ep.connections.values())
 
 
+def _two_connections(cfg: ConnectionConfig) -> tuple[Endpoint, Endpoint, Wire,
+                                                    Connection, Connection]:
+    """Endpoints a and b in memory, and two connections from a to b."""
+    a = Endpoint(config=cfg, secret=SECRET, rng=random.Random(1))
+    b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(2))
+    return a, b, Wire(a, b), a.connect("b", 0.0), a.connect("b", 0.0)
+
+
 def test_an_endpoint_shares_its_window_between_the_connections_sending() -> None:
-    a = Endpoint(config=CFG, secret=SECRET, rng=random.Random(1))
-    b = Endpoint(config=CFG, secret=SECRET, rng=random.Random(2))
-    w = Wire(a, b)
-    big, small = a.connect("b", 0.0), a.connect("b", 0.0)
+    a, b, w, big, small = _two_connections(CFG)
     big.send_message(bytes(4 << 20))
     small.send_message(bytes(64 << 10))
     w.run(lambda: a.host_share is not None and len(a.host_share) == 2)
@@ -81,11 +88,7 @@ def test_an_endpoint_shares_its_window_between_the_connections_sending() -> None
 
 
 def test_host_share_off_keeps_a_window_per_connection() -> None:
-    cfg = replace(CFG, host_share=False)
-    a = Endpoint(config=cfg, secret=SECRET, rng=random.Random(1))
-    b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(2))
-    w = Wire(a, b)
-    c1, c2 = a.connect("b", 0.0), a.connect("b", 0.0)
+    a, _b, w, c1, c2 = _two_connections(replace(CFG, host_share=False))
     c1.send_message(bytes(1 << 20))
     c2.send_message(bytes(1 << 20))
     w.run(lambda: len(w.of("a", MessageAcked)) == 2)
