@@ -124,6 +124,9 @@ from congestion.base import AckSample, Pacer
 #: delay of the RTT whose loss turned it on (no tail-drop buffer caps it).
 REVOKE_FACTOR = 1.25
 _LOSS, _RISE = 2.0, 1.0  # deviation 1's per-RTT flags
+#: Deviation 9: a QuickAdapt cut can be undone for this many RTTs after the
+#: last loss behind it (the time a late copy's SACK may take to come).
+UNDO_RTTS = 2.0
 
 
 class Nscc:
@@ -266,6 +269,13 @@ class Nscc:
         # turned on: if every one of them is acknowledged after all (a copy
         # only reordered behind a slower plane's), there was no overflow.
         self._mark_bytes = 0
+        # Deviation 9: the window before a QuickAdapt that a loss triggered,
+        # the bytes declared lost since that are not yet acknowledged after
+        # all, and until when an acknowledgement may still prove them
+        # spurious (then the cut is undone).
+        self._undo_cwnd: float | None = None
+        self._undo_bytes = 0
+        self._undo_until = -math.inf
         # Application-limited detection for QuickAdapt: did the window hold
         # back a packet the sender had ready, in this or the previous
         # QuickAdapt period? (No ACKs arrive during a stall, so a stalled
@@ -290,6 +300,7 @@ class Nscc:
             "timeouts": 0.0,
             "mark_revoked": 0.0,
             "spurious_bytes": 0.0,
+            "qa_undone": 0.0,
         }
 
     # -- helpers ---------------------------------------------------------------
@@ -370,6 +381,12 @@ class Nscc:
         self._hold_until = now + self._rtt_est()
         self._update_pacer()
 
+    def _scale_undo(self, factor: float) -> None:
+        """A real congestion signal while a cut may still be undone applies
+        to the window that would come back too."""
+        if self._undo_cwnd is not None:
+            self._undo_cwnd *= factor
+
     def _count_marks(self, now: float, acked: int, ecn: bool) -> None:
         """Fraction of the bytes acked with an ECN mark, per RTT round."""
         self._round_acked += acked
@@ -427,6 +444,7 @@ class Nscc:
         scale = 1.0 if self.mark_gain == 0 or self._delay_is_mark else self._mark_alpha
         factor = max(1.0 - self.md_gain * scale * (avg - target) / avg, self.md_floor)
         self._cwnd = self._clamp(self._cwnd * factor)
+        self._scale_undo(factor)
         self._last_md = now
         self._counts["md"] += 1
 
@@ -439,6 +457,7 @@ class Nscc:
             return
         factor = max(1.0 - self.md_gain * self._round_frac / 2, self.md_floor)
         self._cwnd = self._clamp(self._cwnd * factor)
+        self._scale_undo(factor)
         self._last_md = now
         self._counts["md"] += 1
         self._counts["shared_mark_md"] += 1
@@ -592,12 +611,15 @@ class Nscc:
         self._delay_is_mark = False
         self._fi_bytes = 0.0
         self._cwnd = self._clamp(self._cwnd - trimmed_bytes)
+        if self._undo_cwnd is not None:
+            self._undo_cwnd -= trimmed_bytes
         if last_hop:
             self._last_lh_trim = now
         if last_hop and self.trim_md and now - self._last_md >= self._rtt_est():
             # Deviation 6: AIMD's cut, once per RTT (the subtraction alone
             # keeps any split of a queue pinned at the trim threshold).
             self._cwnd = self._clamp(self._cwnd * (1.0 - self.trim_md))
+            self._scale_undo(1.0 - self.trim_md)
             self._last_md = now
             self._counts["md"] += 1
         self._update_pacer()
@@ -628,7 +650,17 @@ class Nscc:
             self._unmarked_congestion(max(level, peak))
             if self._delay_is_mark:
                 self._mark_bytes += lost_bytes
+        before = self._cwnd
         self._quick_adapt(now)
+        if now >= self._undo_until:
+            self._undo_cwnd = None  # too late for the last cut's losses to be undone
+        if self._cwnd < before and self._undo_cwnd is None:
+            # Deviation 9: this cut comes back if every loss behind it (and
+            # every one declared before it is settled) turns out spurious.
+            self._undo_cwnd, self._undo_bytes = before, 0
+        if self._undo_cwnd is not None:
+            self._undo_bytes += lost_bytes
+            self._undo_until = now + UNDO_RTTS * self._rtt_est()
         self._update_pacer()
 
     def on_spurious_loss(self, *, now: float, lost_bytes: int) -> None:
@@ -644,8 +676,25 @@ class Nscc:
             if self._mark_bytes <= 0:
                 self._delay_is_mark = False
                 self._counts["mark_revoked"] += 1
+        if self._undo_cwnd is not None:
+            if now >= self._undo_until:
+                self._undo_cwnd = None
+                return
+            self._undo_bytes -= lost_bytes
+            if self._undo_bytes <= 0:
+                # Deviation 9: every loss that cut the window was a packet
+                # only late (reordered behind a slower plane or host): the
+                # network delivered at the old rate, so the old window stands
+                # (RFC 4015's response to a spurious timeout; Linux's undo).
+                if self._undo_cwnd > self._cwnd:
+                    self._cwnd = self._clamp(self._undo_cwnd)
+                    self._hold_until = -math.inf
+                    self._counts["qa_undone"] += 1
+                    self._update_pacer()
+                self._undo_cwnd = None
 
     def on_timeout(self, *, now: float) -> None:
+        self._undo_cwnd = None  # a timeout is no reordering
         self._counts["timeouts"] += 1
         self._last_signal = now
         self._fi_bytes = 0.0

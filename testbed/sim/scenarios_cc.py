@@ -434,6 +434,8 @@ def scenario_incast_bursts(*, senders: int = 8, size: int = 256 << 10, bursts: i
         "p100": max(ratios, default=math.inf),
         "rtos": sum(s.rto_events for s in snd),
         "quick_adapts": sum(a.conn.cc.stats().get("quick_adapt", 0.0) for a, _ in pairs),
+        "qa_undone": sum(a.conn.cc.stats().get("qa_undone", 0.0) for a, _ in pairs),
+        "spurious_losses": sum(s.spurious_losses for s in snd),
         "mds": sum(a.conn.cc.stats().get("md", 0.0) for a, _ in pairs),
         "nacks": sum(s.nacks for s in snd),
         "retransmissions": sum(s.retransmissions for s in snd),
