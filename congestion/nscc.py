@@ -111,6 +111,15 @@ scenarios that motivate each):
    every RTT-scaled timer grew with it (``transport/host_share.py``). Each
    of the n connections with data to send gets 1/n of maxwnd (the
    QuickAdapt gate and floor follow). ``ConnectionConfig.host_share``.
+9. A QuickAdapt cut undone when its losses were not. If every loss that a
+   QuickAdapt cut followed (and every loss declared after it, while the
+   cut can still be undone) is acknowledged after all within ``UNDO_RTTS``
+   RTTs of the last of them, the window goes back to what it was before
+   the cut, less what trims and MDs took meanwhile (RFC 4015's response to
+   a spurious timeout, Linux's undo). Behind trimming last hops the fabric
+   drops nothing, yet a busy host's late copies are declared lost by time;
+   a sender QuickAdapt cut to two packets on such a loss grew back by one
+   packet per RTT and finished its burst last. Never after a timeout.
 """
 
 from __future__ import annotations

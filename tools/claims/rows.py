@@ -684,13 +684,13 @@ def _incast_run(ctx: Ctx, stack: str, label: str, senders: list[int], size: int,
             "senders": {k: _braid_stat(res, k, senders) for k in
                         ("packets_sent", "nacks_received", "retransmissions",
                          "lost_by_rto", "probes_sent", "spurious_losses", "cc_md",
-                         "cc_quick_adapt", "cc_qa_trim_quiet", "cc_delay_is_mark",
-                         "ev_late_ack", "ev_ecn_ack", "ev_loss")}
+                         "cc_quick_adapt", "cc_qa_trim_quiet", "cc_qa_undone",
+                         "cc_delay_is_mark", "ev_late_ack", "ev_ecn_ack", "ev_loss")}
             if braid else None,
             "victim": {k: _braid_stat(res, k, [victim[0]]) for k in
                        ("packets_sent", "nacks_received", "retransmissions",
                         "lost_by_rto", "rtos", "spurious_losses", "cc_md",
-                        "cc_quick_adapt", "cc_delay_is_mark", "cc_fair_inc",
+                        "cc_quick_adapt", "cc_qa_undone", "cc_delay_is_mark", "cc_fair_inc",
                         "cc_proportional_inc", "ev_late_ack", "ev_ecn_ack", "ev_loss")}
             if vbraid else None,
             # Switch-port counters over the run (trims, drops, ECN marks)

@@ -427,8 +427,8 @@ COUNTERS = ("packets_sent", "retransmissions", "rtos", "nacks_received", "probes
             # skips, condemnations.
             "ev_late_ack", "ev_ecn_ack", "ev_loss")
 #: NSCC's decision counters, also differences (``cc_`` in the report).
-CC_COUNTERS = ("md", "quick_adapt", "qa_trim_quiet", "fair_inc", "proportional_inc", "fast_inc",
-               "timeouts")
+CC_COUNTERS = ("md", "quick_adapt", "qa_trim_quiet", "qa_undone", "fair_inc", "proportional_inc",
+               "fast_inc", "timeouts")
 
 
 async def amain(spec: dict[str, Any]) -> dict[str, Any]:
