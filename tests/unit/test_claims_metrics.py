@@ -317,3 +317,27 @@ def test_the_compound_park_is_judged_in_the_srtt_of_the_moment_the_plane_went_si
     assert "logged at the park" in t["compound: the dead plane parked within 5 srtt of going "
                                      "silent"][1]
     assert t["compound: no stall longer than 10 srtt + one probe interval"][-1] == "met"
+
+
+def test_the_invisibility_floor_is_reported_beside_the_ratio() -> None:
+    from tools.claims import report
+
+    def run(p100: float) -> dict[str, object]:
+        return {"n": 40, "p50": p100 / 2, "p99": p100, "p100": p100, "complete": True,
+                "rtos": 0}
+
+    braid: dict[str, object] = {"fault_free": run(0.060), "faulted": run(0.100),
+                                "ratio_p100": 0.100 / 0.060}
+    data: dict[str, object] = {"rows": {"invisibility": {"per_stack": {"braid": braid}}}}
+    t = next(t for t in report.targets(data) if t[0].startswith("invisibility"))
+    assert t[1] == "1.67" and "floor" not in t[1]
+    rows = [r for _t, _h, rs in report.tables(data) for r in rs]
+    assert len(rows) == 1
+    # a full run adds the floor: plane 1 down throughout
+    braid["floor"] = {**run(0.080), "skipped_steps": 3}
+    braid["ratio_floor_p100"] = 0.100 / 0.080
+    t = next(t for t in report.targets(data) if t[0].startswith("invisibility"))
+    assert t[1] == "1.67 (faulted / floor 1.25)"
+    rows = [r for _t, _h, rs in report.tables(data) for r in rs]
+    assert rows[1][0].startswith("braid floor") and rows[1][4] == "80.0"
+    assert rows[1][9] == "faulted / floor 1.25"

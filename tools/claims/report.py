@@ -97,8 +97,10 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
         if verdict == "met" and ff["braid"] and refs and ff["braid"] > 2 * min(refs):
             verdict = (f"met on the ratio only: Braid's fault-free p100 is "
                        f"{ff['braid'] / min(refs):.0f}x the kernel stacks'")
+        bf = _get(inv, "braid", "ratio_floor_p100")
         out.append(["invisibility: p100 ratio <= 1.5, >= 5x closer to 1 than tcp and mptcp",
-                    _f(b), f"tcp {_f(t)}, mptcp {_f(mp)}", verdict])
+                    _f(b) + ("" if bf is None else f" (faulted / floor {_f(bf)})"),
+                    f"tcp {_f(t)}, mptcp {_f(mp)}", verdict])
     fo = _get(R, "failover", "per_stack") or {}
     if "braid" in fo:
         bs, ms = _get(fo, "braid", "faulted", "settle_ms"), _get(fo, "mptcp", "faulted",
@@ -226,6 +228,12 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
                          str(fl["n"]), _ms(fl["p50"]), _ms(fl["p99"]), _ms(fl["p100"]),
                          _f(v["ratio_p100"]) if fl["complete"] else "failed",
                          str(fl["rtos"])])
+            fo = v.get("floor")
+            if fo:
+                rows.append([f"{k} floor (plane 1 down throughout)", str(fo["n"]),
+                             _ms(fo["p50"]), _ms(fo["p99"]), _ms(fo["p100"]), "", "", "", "",
+                             f"faulted / floor {_f(v.get('ratio_floor_p100'))}"
+                             if fo["complete"] else "failed", str(fo["rtos"])])
         out.append(("invisibility: step time (ms), fault-free vs fault timeline",
                     ["stack", "steps", "p50", "p99", "p100", "steps (faulted)", "p50", "p99",
                      "p100", "p100 ratio", "RTOs"], rows))

@@ -363,12 +363,38 @@ def invisibility(ctx: Ctx) -> dict[str, Any]:
             if ff["p100"] and fl["p100"] and fl["complete"]:
                 ratio = fl["p100"] / ff["p100"]
             out["ratio_p100"] = ratio
+            if stack == "braid" and pat == "alltoall" and not ctx.quick:
+                out["floor"] = _floor(ctx, group, size, dur)
+                series[f"{stack}/{pat}/floor"] = out["floor"].pop("steps")
+                fp = out["floor"]["p100"]
+                out["ratio_floor_p100"] = fl["p100"] / fp \
+                    if fp and fl["p100"] and fl["complete"] and out["floor"]["complete"] else None
             per[f"{stack}/{pat}" if pat != "alltoall" else stack] = out
             ctx.say(f"  invisibility/{stack}/{pat}: p100 {_ms(ff['p100'])} -> "
                     f"{_ms(fl['p100'])} ms, ratio {_fmt(ratio)}")
     return {"group": group, "size": size, "duration": dur,
             "timeline": [f"at {t:g} {f}" for t, f in timeline], "per_stack": per,
             "series": series}
+
+
+#: The floor run's first steps, while each connection finds the dead plane
+#: (before go it carried no traffic to show it dead), are not its floor.
+FLOOR_SKIP_STEPS = 3
+
+
+def _floor(ctx: Ctx, group: list[int], size: int, dur: float) -> dict[str, Any]:
+    """Braid's all-to-all with plane 1 down for the whole run (from just
+    before go): what a plane fewer costs by itself, the reference for the
+    faulted run's p100 on a fabric where losing a plane halves (on 2 planes)
+    every host's capacity. Its first ``FLOOR_SKIP_STEPS`` steps are left out."""
+    ctx.say(f"  invisibility/braid/alltoall/floor: plane 1 down throughout, "
+            f"{len(group)} hosts, {size >> 10} KiB per peer per step, {dur:g} s")
+    res = collective(ctx, "braid", "alltoall", group, size, dur, [(-0.2, "plane 1 down")],
+                     grace=ctx.q(4.0, 10.0))
+    ok = _record(ctx, "invisibility", "braid", "alltoall/floor", res)
+    st = _steps(res)[FLOOR_SKIP_STEPS:]
+    return {**m.summary(st), "complete": ok, "rtos": _rtos("braid", res),
+            "skipped_steps": FLOOR_SKIP_STEPS, "steps": st}
 
 
 def failover(ctx: Ctx) -> dict[str, Any]:
