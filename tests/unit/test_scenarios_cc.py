@@ -140,8 +140,8 @@ def test_incast_bursts_a_late_copy_does_not_starve_its_sender() -> None:
     # The same incast (issue 13, session 15). The fabric drops nothing (the
     # last hops trim), so every loss the senders declare by time is a copy
     # only late behind the busy hosts' 0-3 ms: 29 in 12 bursts, all of them
-    # acknowledged after all. Seven of them had QuickAdapt cut a sender to
-    # 1.5-2 packets, and that sender, growing back by one packet per 12 ms
+    # acknowledged after all. Seven of them had QuickAdapt cut a sender (six
+    # to 1.5-2 packets), and that sender, growing back by one packet per 12 ms
     # RTT, finished its 64 KiB last (p50 1.105). NSCC deviation 9 gives the
     # window back when every loss behind the cut proves spurious: p50 1.080.
     r = C.scenario_incast_bursts(bursts=12, jitter=3e-3, plane_rate=3.125e6, size=64 << 10)
