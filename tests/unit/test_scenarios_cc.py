@@ -8,6 +8,7 @@ figures are defined in testbed/sim/scenarios_cc.py and reported by
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,13 @@ def test_incast_bursts_of_the_claims_row(jitter: float, p100_limit: float) -> No
 
 
 
+@functools.cache
+def _quarter_rate_incast() -> dict[str, Any]:
+    """The claims incast at --rate 25 on busy hosts (0-3 ms), 12 bursts:
+    one deterministic run, asserted on by the two tests below."""
+    return C.scenario_incast_bursts(bursts=12, jitter=3e-3, plane_rate=3.125e6, size=64 << 10)
+
+
 def test_incast_bursts_at_a_quarter_rate_keep_quick_adapt_for_collapses() -> None:
     # The claims incast at --rate 25 (issue 13): the last hop's 32 KB trim
     # threshold is a 10.5 ms queue at 25 Mbit/s, above QuickAdapt's 8 ms
@@ -130,7 +138,7 @@ def test_incast_bursts_at_a_quarter_rate_keep_quick_adapt_for_collapses() -> Non
     # QuickAdapts in 12 bursts on busy hosts (testbed: 46-94 in 42). With
     # deviation 7 (no QuickAdapt on delay within 32 RTTs of a last-hop trim)
     # 6; the trims size the cuts.
-    r = C.scenario_incast_bursts(bursts=12, jitter=3e-3, plane_rate=3.125e6, size=64 << 10)
+    r = _quarter_rate_incast()
     assert not r["failed"] and r["bursts"] == 12 and r["rtos"] == 0, r
     assert r["quick_adapts"] <= 12, r
     assert r["p100"] <= 1.25, r
@@ -144,7 +152,7 @@ def test_incast_bursts_a_late_copy_does_not_starve_its_sender() -> None:
     # to 1.5-2 packets), and that sender, growing back by one packet per 12 ms
     # RTT, finished its 64 KiB last (p50 1.105). NSCC deviation 9 gives the
     # window back when every loss behind the cut proves spurious: p50 1.080.
-    r = C.scenario_incast_bursts(bursts=12, jitter=3e-3, plane_rate=3.125e6, size=64 << 10)
+    r = _quarter_rate_incast()
     assert not r["failed"] and r["bursts"] == 12 and r["rtos"] == 0, r
     assert r["drops"] == 0 and r["spurious_losses"] > 0, r
     assert r["quick_adapts"] > 0 and r["qa_undone"] == r["quick_adapts"], r
