@@ -106,6 +106,14 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
     for t in data["transfers"]:
         assert t["ok"] or t["reason"], t  # byte-exact, or failed with a reason
         assert t["bad_messages"] == 0, t  # never corrupt
+        # every run says how busy the machine was, and what the project used
+        c = t["cpu"]
+        if t["ok"]:
+            assert c is not None and c["cpus"] == os.cpu_count(), t
+            assert 0.0 < c["busy"] <= 1.0 and 0.0 <= c["steal"] <= 1.0, c
+            assert c["workers"] is not None and c["workers"] > 0, c
+            if t["stack"].startswith("braid"):
+                assert c["daemons"] is not None and c["daemons"] > 0, c
     # the step-time CDF and a goodput-through-the-fault plot were drawn
     for name in ("claims-step-cdf.png", "claims-failover.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -113,3 +121,4 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
     assert "invisibility" in md and data["commit"] in md
     assert "parked within 5 srtt" in md and "10 srtt + one probe interval" in md
     assert "carrier loss" in md
+    assert "the machine's CPU during each row's runs" in md

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tools.claims import cpu as claims_cpu
 from tools.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,6 +117,8 @@ class ClaimsFabric:
         self.work = work.resolve()
         self.tb: Any = None
         self.daemons: dict[int, subprocess.Popen[Any]] = {}
+        #: The last run's CPU (tools/claims/cpu.py ``run_share``), None if unknown.
+        self.last_cpu: dict[str, Any] | None = None
         self.logs: list[Any] = []
         self.run_id = int(time.time()) % 100000 * 100
 
@@ -254,6 +257,7 @@ class ClaimsFabric:
         from testbed.faults import compile_fault, parse_fault
 
         self.run_id += 1
+        self.last_cpu = None
         steps = []
         for at, text in faults or []:
             steps += [(at + s.offset, s.label, s.apply)
@@ -286,6 +290,8 @@ class ClaimsFabric:
                 assert p.stdin is not None
                 p.stdin.write(f"go {go}\n".encode())
                 p.stdin.flush()
+            cpu0 = (claims_cpu.machine(), time.monotonic(),
+                    claims_cpu.processes_seconds({h: d.pid for h, d in self.daemons.items()}))
             thread = None
             if steps:
                 thread = threading.Thread(target=_fire, args=(steps, go, fired), daemon=True)
@@ -302,6 +308,7 @@ class ClaimsFabric:
                         results[h] = res
                         break
                     rd.unparsed.append(f"{len(line)} chars: {line[:80]!r}...{line[-80:]!r}")
+            self.last_cpu = self._cpu_share(cpu0, results)
             if thread is not None:
                 thread.join(timeout=30)
         except _RunFailed as exc:
@@ -332,6 +339,17 @@ class ClaimsFabric:
             raise UserError(f"Braid daemon(s) exited during a run: {', '.join(dead)}")
         return results
 
+
+    def _cpu_share(self, start: tuple[claims_cpu.Jiffies | None, float, dict[int, float]],
+                   results: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+        """The run's CPU from go (``start``) to now (tools/claims/cpu.py)."""
+        m0, t0, d0 = start
+        wall = time.monotonic() - t0
+        d1 = claims_cpu.processes_seconds({h: d.pid for h, d in self.daemons.items()})
+        daemons = sum(max(0.0, d1[h] - d0[h]) for h in d1 if h in d0) if d0 else None
+        ws = [float(r["cpu_s"]) for r in results.values() if r.get("cpu_s") is not None]
+        return claims_cpu.run_share(m0, claims_cpu.machine(), wall, os.cpu_count() or 1,
+                                    daemons, sum(ws) if ws else None)
 
     def drain(self, hosts: list[int], timeout: float = 20.0) -> dict[int, Any]:
         """Empty the hosts' daemon inboxes after a run: messages that arrived

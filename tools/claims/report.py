@@ -81,6 +81,52 @@ def _met(ok: bool | None) -> str:
     return "-" if ok is None else ("met" if ok else "NOT met")
 
 
+def _row_of(target: str) -> str:
+    """The matrix row a target line belongs to: its first word."""
+    word = ""
+    for ch in target:
+        if not ch.isalpha():
+            break
+        word += ch
+    return word
+
+
+def cpu_by_row(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (row, stack): the machine's CPU over the runs (tools/claims/cpu.py),
+    as percent of all CPUs: busy median and max, steal max, and what the Braid
+    daemons and the workers used (median). Runs without a record are left out
+    (sittings from before it)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for t in data.get("transfers", []):
+        c = t.get("cpu")
+        if isinstance(c, dict) and c.get("busy") is not None:
+            groups.setdefault((t["row"], _stack_group(t["stack"])), []).append(c)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for key, cs in groups.items():
+        out[key] = {"runs": len(cs), "busy_p50": _pct(cs, "busy", 50),
+                    "busy_max": _pct(cs, "busy", 100), "steal_max": _pct(cs, "steal", 100),
+                    "daemons_p50": _pct(cs, "daemons", 50),
+                    "workers_p50": _pct(cs, "workers", 50)}
+    return out
+
+
+def _pct(cs: list[dict[str, Any]], field: str, q: float) -> float | None:
+    xs = [float(c[field]) * 100 for c in cs if c.get(field) is not None]
+    return m.percentile(xs, q) if xs else None
+
+
+def _stack_group(stack: str) -> str:
+    return "braid" if stack.startswith("braid") else stack
+
+
+def _cpu_note(cpu: dict[tuple[str, str], dict[str, Any]], row: str) -> str:
+    c = cpu.get((row, "braid"))
+    if not c or c.get("busy_max") is None:
+        return ""
+    return (f" (machine CPU busy {_f(c['busy_p50'], 0)}% median, {_f(c['busy_max'], 0)}% "
+            f"max over Braid's {c['runs']} runs)")
+
+
 def targets(data: dict[str, Any]) -> list[list[str]]:
     """Issue 13's targets next to Braid's figure and the references, same sitting."""
     R = data["rows"]
@@ -213,6 +259,12 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
                     f"interval {_f(pl.get('probe_interval_ms'), 1)} ms)",
                     f"tcp {ref('tcp')} ms, mptcp {ref('mptcp')} ms",
                     _met(None if judged is None or not limit else judged <= limit)])
+    # A miss on a machine with no CPU left says little about the transport:
+    # name how busy the machine was beside it.
+    cpu = cpu_by_row(data)
+    for line in out:
+        if line[3].startswith("NOT met"):
+            line[3] += _cpu_note(cpu, _row_of(line[0]))
     return out
 
 
@@ -351,6 +403,17 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
                      "pauses >= 20 ms",
                      "hand-off",
                      "sender stall", "retransmission", "window", "other"], rows))
+    cpu = cpu_by_row(data)
+    if cpu:
+        rows = [[row, stack, str(c["runs"]), _f(c["busy_p50"], 0), _f(c["busy_max"], 0),
+                 _f(c["steal_max"], 0), _f(c["daemons_p50"], 0), _f(c["workers_p50"], 0)]
+                for (row, stack), c in cpu.items()]
+        out.append(("the machine's CPU during each row's runs (% of all CPUs, from go to the "
+                    "last result; busy counts the kernel's packet work and any other work on "
+                    "the machine; the rows' figures are the transport's only where it was "
+                    "well below 100)",
+                    ["row", "stack", "runs", "busy median", "busy max", "steal max",
+                     "Braid daemons median", "workers median"], rows))
     return out
 
 

@@ -14,13 +14,13 @@ bytes on IPv4, TCP 1448 of 1514).
 from __future__ import annotations
 
 import itertools
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.claims import cpu as claims_cpu
 from tools.claims import fabric as cf
 from tools.claims import metrics as m
 from tools.claims.fabric import ClaimsFabric
@@ -83,6 +83,8 @@ def _record(ctx: Ctx, row: str, stack: str, label: str, res: dict[int, dict[str,
                           "bytes": sum(int(r.get("ok_bytes", 0)) for r in res.values()),
                           "bad_messages": bad, "reason": "; ".join(errs[:3]) or None,
                           "fired": next((r.get("fired") for r in res.values()), []),
+                          # The machine's CPU over the run (tools/claims/cpu.py).
+                          "cpu": ctx.fab.last_cpu,
                           "hosts": {str(h): {"steps": len(r.get("done", [])),
                                              "errors": r.get("errors", [])[:3],
                                              "conns": r.get("conns"), "kernel": r.get("kernel"),
@@ -617,16 +619,7 @@ def _port_delta(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]
 
 def _daemon_cpu(ctx: Ctx) -> dict[int, float]:
     """CPU seconds (user + system) each Braid daemon has used so far."""
-    out: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for h, proc in ctx.fab.daemons.items():
-        try:
-            with open(f"/proc/{proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        out[h] = (int(fields[11]) + int(fields[12])) / tick
-    return out
+    return claims_cpu.processes_seconds({h: p.pid for h, p in ctx.fab.daemons.items()})
 
 
 def _to_ms(x: float | None) -> float | None:

@@ -441,6 +441,7 @@ async def amain(spec: dict[str, Any]) -> dict[str, Any]:
         return {"errors": ["no go line from the orchestrator"]}
     w.go = float(line.split()[1])
     await asyncio.sleep(max(0.0, w.go - time.monotonic()))
+    cpu0 = time.process_time()
     res = await (w.stream() if w.pattern == "stream" else w.collective())
     w.finished = True
     # What the peers still send us after our part is done (a slower host's last
@@ -451,6 +452,8 @@ async def amain(spec: dict[str, Any]) -> dict[str, Any]:
     res.update({"errors": w.errors, "bad": w.bad, "stale": w.stale, "ok_bytes": w.ok_bytes,
                 "sent_msgs": w.sent_msgs, "go": w.go, "cut": w.cut, "blocked": w.blocked,
                 "warmup_failures": w.warmup_failures,
+                # This worker's CPU seconds from go to its result (tools/claims/cpu.py).
+                "cpu_s": round(time.process_time() - cpu0, 3),
                 "kernel": {k: k1.get(k, 0) - k0.get(k, 0) for k in k1}})
     return res
 

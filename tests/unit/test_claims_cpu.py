@@ -1,0 +1,75 @@
+"""The machine's CPU beside each claims run (tools/claims/cpu.py, report)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from tools.claims import cpu
+from tools.claims.report import cpu_by_row, targets
+
+STAT = """cpu  100 10 50 800 20 5 15 40 7 0
+cpu0 50 5 25 400 10 2 8 20 0 0
+intr 12345
+"""
+
+
+def test_parse_stat_counts_busy_steal_and_leaves_guest_out() -> None:
+    j = cpu.parse_stat(STAT)
+    assert j.busy == 100 + 10 + 50 + 5 + 15
+    assert j.steal == 40
+    assert j.total == j.busy + 800 + 20 + 40  # guest (7) is inside user already
+    with pytest.raises(ValueError):
+        cpu.parse_stat("intr 1\n")
+
+
+def test_run_share_is_a_fraction_of_all_cpus() -> None:
+    a = cpu.Jiffies(busy=100, steal=0, total=1000)
+    b = cpu.Jiffies(busy=250, steal=10, total=1200)
+    s = cpu.run_share(a, b, wall_s=1.0, cpus=2, daemons_s=0.5, workers_s=4.0)
+    assert s is not None
+    assert s["busy"] == 0.75 and s["steal"] == 0.05
+    assert s["daemons"] == 0.25
+    assert s["workers"] == 1.0  # capped: 4 s over 1 s x 2 CPUs is a clock skew
+    assert cpu.run_share(None, b, 1.0, 2, None, None) is None
+    assert cpu.run_share(a, a, 1.0, 2, None, None) is None  # no ticks elapsed
+
+
+def test_the_machine_counters_move_with_real_work() -> None:
+    before = cpu.machine()
+    me0 = cpu.process_seconds(os.getpid())
+    assert before is not None and me0 is not None
+    end = time.monotonic() + 0.3
+    x = 0
+    while time.monotonic() < end:  # bounded busy loop: 0.3 s
+        x += 1
+    after = cpu.machine()
+    me1 = cpu.process_seconds(os.getpid())
+    assert after is not None and me1 is not None
+    assert after.total > before.total and after.busy > before.busy
+    assert me1 > me0  # this process used CPU, whatever else the machine did
+    assert cpu.process_seconds(2**22 + 12345) is None  # no such pid
+
+
+def _transfer(row: str, stack: str, busy: float | None) -> dict[str, object]:
+    return {"row": row, "stack": stack, "run": "x", "ok": True,
+            "cpu": None if busy is None else {"busy": busy, "steal": 0.0, "daemons": 0.4,
+                                              "workers": 0.1, "cpus": 2, "wall_s": 5.0}}
+
+
+def test_a_missed_target_names_how_busy_the_machine_was() -> None:
+    data = {"rows": {"incast": {"per_stack": {
+        "braid": {"completion_p50_over_ideal": 1.4, "completion_p100_over_ideal": 1.9,
+                  "rtos": 0, "victim_ratio": 0.4, "complete": True}}}},
+        "transfers": [_transfer("incast", "braid", 0.97), _transfer("incast", "braid", 0.99),
+                      _transfer("incast", "braid-taildrop", 1.0),
+                      _transfer("incast", "tcp", 0.5), _transfer("fairness", "braid", None)]}
+    by = cpu_by_row(data)
+    assert set(by) == {("incast", "braid"), ("incast", "tcp")}  # no record: left out
+    assert by[("incast", "braid")]["runs"] == 3  # tail-drop counts as Braid
+    assert by[("incast", "braid")]["busy_max"] == pytest.approx(100.0)
+    assert by[("incast", "tcp")]["busy_p50"] == pytest.approx(50.0)
+    line = next(t for t in targets(data) if t[0].startswith("incast"))
+    assert line[3].startswith("NOT met") and "machine CPU busy 99% median, 100% max" in line[3]

@@ -1,0 +1,91 @@
+"""Where the machine's CPU went during a claims run.
+
+The rows' figures mean something only when the hosts were not themselves the
+bottleneck, and on a 2-core machine they often are (docs/claims.md, "What
+limits these figures"). Each run therefore records, from go to its last
+result, how busy the whole machine was (``/proc/stat``: every CPU, the
+kernel's packet work and whatever else runs on the machine included), how
+much of it the hypervisor took (steal), and how much the project's own
+processes used: the Braid daemons (``/proc/<pid>/stat``) and the workers
+(each reports its CPU seconds since go). Shares are of all CPUs: 1.0 is
+every core busy for the whole run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Jiffies:
+    """The machine's CPU counters (``/proc/stat``'s ``cpu`` line), in ticks."""
+    busy: int
+    steal: int
+    total: int
+
+
+def parse_stat(text: str) -> Jiffies:
+    """The aggregate ``cpu`` line of ``/proc/stat``: user nice system idle
+    iowait irq softirq steal [guest guest_nice] (guest time is already
+    counted in user and nice, so it is left out of the total)."""
+    for line in text.splitlines():
+        f = line.split()
+        if f and f[0] == "cpu":
+            v = [int(x) for x in f[1:9]] + [0] * max(0, 8 - len(f[1:9]))
+            user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+            busy = user + nice + system + irq + softirq
+            return Jiffies(busy=busy, steal=steal, total=busy + idle + iowait + steal)
+    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+
+
+def machine() -> Jiffies | None:
+    try:
+        with open("/proc/stat") as f:
+            return parse_stat(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def process_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a live process has used, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def processes_seconds(pids: Mapping[int, int]) -> dict[int, float]:
+    """``process_seconds`` for each key's pid; the gone ones are left out."""
+    out: dict[int, float] = {}
+    for key, pid in pids.items():
+        s = process_seconds(pid)
+        if s is not None:
+            out[key] = s
+    return out
+
+
+def run_share(before: Jiffies | None, after: Jiffies | None, wall_s: float, cpus: int,
+              daemons_s: float | None, workers_s: float | None) -> dict[str, Any] | None:
+    """One run's CPU, as shares of all ``cpus`` over ``wall_s``: the whole
+    machine busy (``busy``), taken by the hypervisor (``steal``), and used by
+    the Braid daemons and the workers."""
+    if before is None or after is None or wall_s <= 0 or cpus <= 0:
+        return None
+    total = after.total - before.total
+    if total <= 0:
+        return None
+
+    def own(s: float | None) -> float | None:
+        return None if s is None else round(min(1.0, max(0.0, s / (wall_s * cpus))), 3)
+
+    return {"wall_s": round(wall_s, 2), "cpus": cpus,
+            "busy": round((after.busy - before.busy) / total, 3),
+            "steal": round((after.steal - before.steal) / total, 3),
+            "daemons": own(daemons_s), "workers": own(workers_s)}
