@@ -53,6 +53,40 @@ def test_the_machine_counters_move_with_real_work() -> None:
     assert cpu.process_seconds(2**22 + 12345) is None  # no such pid
 
 
+def test_the_sampler_sees_a_saturated_machine_and_stops() -> None:
+    # Two busy processes on every CPU make each 100 ms interval saturated,
+    # whatever else the machine does.
+    import multiprocessing as mp
+
+    n = os.cpu_count() or 1
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_spin, args=(0.8,)) for _ in range(2 * n)]
+    for p in procs:
+        p.start()
+    try:
+        time.sleep(0.1)
+        sampler = cpu.Sampler().start()
+        time.sleep(0.55)
+        busy = sampler.stop()
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    assert 3 <= len(busy) <= 6
+    assert max(busy) >= cpu.SATURATED
+    assert not sampler._thread.is_alive()
+    s = cpu.run_share(cpu.Jiffies(0, 0, 10), cpu.Jiffies(5, 0, 20), 1.0, n, None, None,
+                      [0.99, 0.5, 0.96, 0.2])
+    assert s is not None and s["saturated"] == 0.5
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
 def _transfer(row: str, stack: str, busy: float | None) -> dict[str, object]:
     return {"row": row, "stack": stack, "run": "x", "ok": True,
             "cpu": None if busy is None else {"busy": busy, "steal": 0.0, "daemons": 0.4,

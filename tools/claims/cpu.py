@@ -8,12 +8,15 @@ kernel's packet work and whatever else runs on the machine included), how
 much of it the hypervisor took (steal), and how much the project's own
 processes used: the Braid daemons (``/proc/<pid>/stat``) and the workers
 (each reports its CPU seconds since go). Shares are of all CPUs: 1.0 is
-every core busy for the whole run.
+every core busy for the whole run. A run's mean hides its bursts, so a
+sampler also reads the machine every 100 ms and the run records the share
+of those intervals in which it was saturated (>= 95% busy or stolen).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,21 +74,70 @@ def processes_seconds(pids: Mapping[int, int]) -> dict[int, float]:
     return out
 
 
+#: An interval counts as saturated at this share of all CPUs busy.
+SATURATED = 0.95
+#: The sampler's interval (seconds).
+SAMPLE_S = 0.1
+
+
+def busy_between(a: Jiffies, b: Jiffies, steal: bool = False) -> float | None:
+    """The share of all CPUs busy from ``a`` to ``b`` (None: no tick
+    elapsed); with ``steal``, what the hypervisor took counts as busy too."""
+    total = b.total - a.total
+    used = b.busy - a.busy + (b.steal - a.steal if steal else 0)
+    return None if total <= 0 else used / total
+
+
+class Sampler:
+    """Reads the machine's counters every ``SAMPLE_S`` on a thread, from
+    ``start()`` to ``stop()`` (bounded: at most ``max_samples``), and keeps
+    each interval's busy share."""
+
+    def __init__(self, max_samples: int = 36_000) -> None:
+        self.busy: list[float] = []
+        self._max = max_samples
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="cpu-sampler")
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[float]:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        return self.busy
+
+    def _loop(self) -> None:
+        last = machine()
+        while last is not None and len(self.busy) < self._max and not self._stop.wait(SAMPLE_S):
+            now = machine()
+            if now is None:
+                return
+            b = busy_between(last, now, steal=True)  # stolen time was not ours either
+            if b is not None:
+                self.busy.append(b)
+            last = now
+
+
 def run_share(before: Jiffies | None, after: Jiffies | None, wall_s: float, cpus: int,
-              daemons_s: float | None, workers_s: float | None) -> dict[str, Any] | None:
+              daemons_s: float | None, workers_s: float | None,
+              samples: list[float] | None = None) -> dict[str, Any] | None:
     """One run's CPU, as shares of all ``cpus`` over ``wall_s``: the whole
-    machine busy (``busy``), taken by the hypervisor (``steal``), and used by
-    the Braid daemons and the workers."""
+    machine busy (``busy``), taken by the hypervisor (``steal``), used by the
+    Braid daemons and the workers, and the share of the sampler's intervals
+    in which the machine was saturated (``saturated``)."""
     if before is None or after is None or wall_s <= 0 or cpus <= 0:
         return None
-    total = after.total - before.total
-    if total <= 0:
+    busy = busy_between(before, after)
+    if busy is None:
         return None
 
     def own(s: float | None) -> float | None:
         return None if s is None else round(min(1.0, max(0.0, s / (wall_s * cpus))), 3)
 
-    return {"wall_s": round(wall_s, 2), "cpus": cpus,
-            "busy": round((after.busy - before.busy) / total, 3),
-            "steal": round((after.steal - before.steal) / total, 3),
-            "daemons": own(daemons_s), "workers": own(workers_s)}
+    return {"wall_s": round(wall_s, 2), "cpus": cpus, "busy": round(busy, 3),
+            "steal": round((after.steal - before.steal) / (after.total - before.total), 3),
+            "daemons": own(daemons_s), "workers": own(workers_s),
+            "saturated": (round(sum(b >= SATURATED for b in samples) / len(samples), 3)
+                          if samples else None)}

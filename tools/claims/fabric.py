@@ -268,6 +268,7 @@ class ClaimsFabric:
         fired: list[dict[str, Any]] = []
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
         errlogs: dict[int, Any] = {}
+        sampler: claims_cpu.Sampler | None = None
         try:
             for h, spec in specs.items():
                 full = {"run": self.run_id, "me": h, "stack": stack, "addrs": self.addrs(),
@@ -290,8 +291,10 @@ class ClaimsFabric:
                 assert p.stdin is not None
                 p.stdin.write(f"go {go}\n".encode())
                 p.stdin.flush()
+            sampler = claims_cpu.Sampler().start()
             cpu0 = (claims_cpu.machine(), time.monotonic(),
-                    claims_cpu.processes_seconds({h: d.pid for h, d in self.daemons.items()}))
+                    claims_cpu.processes_seconds({h: d.pid for h, d in self.daemons.items()}),
+                    sampler)
             thread = None
             if steps:
                 thread = threading.Thread(target=_fire, args=(steps, go, fired), daemon=True)
@@ -314,6 +317,8 @@ class ClaimsFabric:
         except _RunFailed as exc:
             results[exc.host] = exc.result
         finally:
+            if sampler is not None:
+                sampler.stop()
             for p in procs.values():
                 if p.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
@@ -340,16 +345,18 @@ class ClaimsFabric:
         return results
 
 
-    def _cpu_share(self, start: tuple[claims_cpu.Jiffies | None, float, dict[int, float]],
+    def _cpu_share(self, start: tuple[claims_cpu.Jiffies | None, float, dict[int, float],
+                                      claims_cpu.Sampler],
                    results: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
         """The run's CPU from go (``start``) to now (tools/claims/cpu.py)."""
-        m0, t0, d0 = start
+        m0, t0, d0, sampler = start
+        samples = sampler.stop()
         wall = time.monotonic() - t0
         d1 = claims_cpu.processes_seconds({h: d.pid for h, d in self.daemons.items()})
         daemons = sum(max(0.0, d1[h] - d0[h]) for h in d1 if h in d0) if d0 else None
         ws = [float(r["cpu_s"]) for r in results.values() if r.get("cpu_s") is not None]
         return claims_cpu.run_share(m0, claims_cpu.machine(), wall, os.cpu_count() or 1,
-                                    daemons, sum(ws) if ws else None)
+                                    daemons, sum(ws) if ws else None, samples)
 
     def drain(self, hosts: list[int], timeout: float = 20.0) -> dict[int, Any]:
         """Empty the hosts' daemon inboxes after a run: messages that arrived

@@ -106,7 +106,9 @@ def cpu_by_row(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
         out[key] = {"runs": len(cs), "busy_p50": _pct(cs, "busy", 50),
                     "busy_max": _pct(cs, "busy", 100), "steal_max": _pct(cs, "steal", 100),
                     "daemons_p50": _pct(cs, "daemons", 50),
-                    "workers_p50": _pct(cs, "workers", 50)}
+                    "workers_p50": _pct(cs, "workers", 50),
+                    "saturated_p50": _pct(cs, "saturated", 50),
+                    "saturated_max": _pct(cs, "saturated", 100)}
     return out
 
 
@@ -123,8 +125,11 @@ def _cpu_note(cpu: dict[tuple[str, str], dict[str, Any]], row: str) -> str:
     c = cpu.get((row, "braid"))
     if not c or c.get("busy_max") is None:
         return ""
+    sat = c.get("saturated_p50")
     return (f" (machine CPU busy {_f(c['busy_p50'], 0)}% median, {_f(c['busy_max'], 0)}% "
-            f"max over Braid's {c['runs']} runs)")
+            f"max over Braid's {c['runs']} runs"
+            + ("" if sat is None else f"; saturated in {_f(sat, 0)}% of 100 ms intervals, "
+               "median") + ")")
 
 
 def targets(data: dict[str, Any]) -> list[list[str]]:
@@ -406,13 +411,15 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
     cpu = cpu_by_row(data)
     if cpu:
         rows = [[row, stack, str(c["runs"]), _f(c["busy_p50"], 0), _f(c["busy_max"], 0),
+                 f"{_f(c.get('saturated_p50'), 0)} / {_f(c.get('saturated_max'), 0)}",
                  _f(c["steal_max"], 0), _f(c["daemons_p50"], 0), _f(c["workers_p50"], 0)]
                 for (row, stack), c in cpu.items()]
         out.append(("the machine's CPU during each row's runs (% of all CPUs, from go to the "
                     "last result; busy counts the kernel's packet work and any other work on "
                     "the machine; the rows' figures are the transport's only where it was "
                     "well below 100)",
-                    ["row", "stack", "runs", "busy median", "busy max", "steal max",
+                    ["row", "stack", "runs", "busy median", "busy max",
+                     "saturated (>= 95%) 100 ms intervals, median / max", "steal max",
                      "Braid daemons median", "workers median"], rows))
     return out
 
