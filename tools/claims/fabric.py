@@ -353,10 +353,16 @@ class ClaimsFabric:
         samples = sampler.stop()
         wall = time.monotonic() - t0
         d1 = claims_cpu.processes_seconds({h: d.pid for h, d in self.daemons.items()})
-        daemons = sum(max(0.0, d1[h] - d0[h]) for h in d1 if h in d0) if d0 else None
+        per = {h: max(0.0, d1[h] - d0[h]) for h in d1 if h in d0}
         ws = [float(r["cpu_s"]) for r in results.values() if r.get("cpu_s") is not None]
-        return claims_cpu.run_share(m0, claims_cpu.machine(), wall, os.cpu_count() or 1,
-                                    daemons, sum(ws) if ws else None, samples)
+        out = claims_cpu.run_share(m0, claims_cpu.machine(), wall, os.cpu_count() or 1,
+                                   sum(per.values()) if d0 else None, sum(ws) if ws else None,
+                                   samples)
+        if out is not None and per and wall > 0:
+            # Each daemon's share of one core, idle ones included: what a
+            # host with nothing to do costs is part of the picture.
+            out["daemon_cores"] = {f"h{h}": round(c / wall, 3) for h, c in sorted(per.items())}
+        return out
 
     def drain(self, hosts: list[int], timeout: float = 20.0) -> dict[int, Any]:
         """Empty the hosts' daemon inboxes after a run: messages that arrived
