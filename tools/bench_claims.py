@@ -49,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="MTU of every link, 1280..9000 (default 1500; every stack sizes "
                              "its packets to it: 4208 carries Braid DATA of 4096 bytes, "
                              "RoCE's largest MTU, as on AI fabrics)")
+    parser.add_argument("--connection", action="append", default=[], metavar="KEY=VALUE",
+                        help="a daemon [connection] setting for every host of the sitting "
+                             "(repeatable; e.g. --connection ack_delay=3e-4 to A/B a transport "
+                             "setting; the docs section gets its own name)")
     parser.add_argument("--daemon-qlog", action="store_true",
                         help="daemons write <work>/hN.qlog (costs ~30%% goodput; for diagnosis)")
     parser.add_argument("--render", default=None, metavar="JSON",
@@ -97,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if not stacks or any(s not in STACKS for s in stacks):
         raise UserError("--stacks takes braid, tcp and/or mptcp")
     claims_fabric.configure(args.planes, args.rate, args.mtu)
+    connection = claims_fabric.parse_connection(args.connection, args.planes)
     out = Path(args.out)
     work = Path(args.work) if args.work else out / "claims-run"
     plots = Path(args.plots) if args.plots else (
@@ -118,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
         progress(f"{time.monotonic() - t_start:6.1f}s {msg}")
 
     dargs = ["--qlog", str(work.resolve() / "{host}.qlog")] if args.daemon_qlog else []
-    fab = ClaimsFabric(n_hosts, args.name, work, dargs, element=args.element)
+    fab = ClaimsFabric(n_hosts, args.name, work, dargs, element=args.element,
+                       connection=connection)
     load0 = os.getloadavg()
     results: dict[str, Any] = {}
     ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
@@ -151,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
                             capture_output=True, text=True, timeout=10).stdout.strip()
     data = {"bench": NAME, "quick": bool(args.quick), "rows": results, "stacks": stacks,
             "hosts": n_hosts, "planes": args.planes, "rate_mbit": args.rate,
-            "mtu": args.mtu,
+            "mtu": args.mtu, "connection": connection,
             "element": ("eBPF switch port" if args.element == "ebpf"
                         else "userspace (AF_PACKET) link element"),
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,

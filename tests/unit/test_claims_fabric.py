@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tools.claims.fabric import ClaimsFabric, _Lines, _parse_result
 
 
@@ -77,3 +79,23 @@ def test_the_worker_writes_its_result_to_the_file_and_names_it_on_stdout(
     assert json.loads(r.stdout.strip()) == {"result_file": str(f)}
     res = _parse_result(r.stdout.strip())
     assert res is not None and res["fatal"] and "no daemon socket" in res["errors"][0], res
+
+
+def test_connection_settings_are_checked_as_the_daemon_would() -> None:
+    import tomllib
+
+    from tools.claims.fabric import connection_toml, parse_connection
+    from tools.errors import UserError
+
+    got = parse_connection(["ack_delay=3e-4", " ack_every = 16", "spray_run=8"])
+    assert got == {"ack_delay": 3e-4, "ack_every": 16, "spray_run": 8}
+    # what the daemon's config file gets reads back the same
+    assert tomllib.loads(connection_toml({**got, "plane_rate": 12.5e6})) == {
+        **got, "plane_rate": 12.5e6}
+    for bad, why in (("ack_delay", "KEY=VALUE"), ("=3", "KEY=VALUE"),
+                     ("no_such_key=1", "unknown key"), ("planes=4", "unknown key"),
+                     ("ack_delay=[1, 2]", "number, true/false or a string"),
+                     ("ack_delay=1e", "not a TOML scalar"),
+                     ("ack_every=0", "ack_every")):
+        with pytest.raises(UserError, match=why):
+            parse_connection([bad])

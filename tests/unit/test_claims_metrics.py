@@ -119,6 +119,10 @@ def test_a_partial_run_never_overwrites_the_matrix_section() -> None:
     assert section_name(list(DEFAULT_ROWS), mtu=4208) == \
         "claims-" + "-".join(DEFAULT_ROWS) + "-mtu4208"
     assert section_name(["incast"], 4, 50, 9000) == "claims-incast-4x50-mtu9000"
+    # ... nor does a sitting with daemon settings of its own (--connection)
+    assert section_name(list(DEFAULT_ROWS), connection={"ack_delay": 3e-4}) == \
+        "claims-" + "-".join(DEFAULT_ROWS) + "-ack_delay0.0003"
+    assert section_name(["incast"], connection={}) == "claims-incast"
 
 
 def test_the_fabric_takes_a_plane_count_and_rate_within_bounds() -> None:

@@ -107,10 +107,63 @@ class _Lines:
         return line.decode(errors="replace")
 
 
+def parse_connection(items: list[str], planes: int = 2) -> dict[str, Any]:
+    """``--connection KEY=VALUE`` options: daemon ``[connection]`` settings
+    for every host of the sitting (an A/B of a transport setting on the
+    testbed). VALUE is a TOML scalar (``3e-4``, ``16``, ``true``,
+    ``"name"``); the key and the value are checked as the daemon would."""
+    import dataclasses
+    import tomllib
+
+    from transport.config import ConnectionConfig
+    from transport.daemon import HOST_CONNECTION_DEFAULTS
+
+    names = {f.name for f in dataclasses.fields(ConnectionConfig)}
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"--connection {item!r}: expected KEY=VALUE, e.g. ack_delay=3e-4")
+        if key not in names or key == "planes":
+            raise UserError(f"--connection {item!r}: unknown key {key!r} (a [connection] "
+                            f"setting of the daemon, docs/daemon.md)")
+        try:
+            value = tomllib.loads(f"v = {text.strip()}")["v"]
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(f"--connection {item!r}: the value is not a TOML scalar "
+                            f"({exc})") from None
+        if not isinstance(value, bool | int | float | str):
+            raise UserError(f"--connection {item!r}: the value must be a number, true/false "
+                            f"or a string")
+        out[key] = value
+    try:
+        ConnectionConfig(**{**HOST_CONNECTION_DEFAULTS, "planes": planes, **out})
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"--connection: {exc}") from None
+    return out
+
+
+def connection_toml(settings: dict[str, Any]) -> str:
+    """The ``[connection]`` lines of ``settings`` (scalars), in TOML."""
+    lines = []
+    for k, v in settings.items():
+        if isinstance(v, bool):
+            text = "true" if v else "false"
+        elif isinstance(v, float):
+            text = repr(v)  # shortest round-trip form; inf/nan are refused by the config
+        else:
+            text = json.dumps(v)  # int, or a string with TOML-compatible escapes
+        lines.append(f"{k} = {text}\n")
+    return "".join(lines)
+
+
 class ClaimsFabric:
     def __init__(self, hosts: int, name: str, work: Path, daemon_args: list[str] | None = None,
-                 element: str = "ebpf") -> None:
+                 element: str = "ebpf", connection: dict[str, Any] | None = None) -> None:
         self.daemon_args = daemon_args or []
+        #: ``[connection]`` settings written into every daemon's config.
+        self.connection = dict(connection or {})
         self.element = element
         self.n_hosts = hosts
         self.name = name
@@ -163,8 +216,12 @@ class ClaimsFabric:
         from testbed.topology import connection_plane_rate
 
         rate = connection_plane_rate(tb.topo)
+        conn: dict[str, Any] = {}
         if rate is not None:  # NSCC sizes its window and pacing to the plane's bottleneck
-            text += f"\n[connection]\nplane_rate = {rate:.6g}\n"
+            conn["plane_rate"] = float(f"{rate:.6g}")
+        conn.update(self.connection)  # --connection: the sitting's own settings win
+        if conn:
+            text += "\n[connection]\n" + connection_toml(conn)
         path = self.work / f"h{h}.toml"
         path.write_text(text)
         return path

@@ -14,16 +14,20 @@ DOCS_NAME = "claims"
 
 
 def section_name(rows: list[str], planes: int = 2, rate_mbit: int = 100,
-                 mtu: int = 1500) -> str:
+                 mtu: int = 1500, connection: dict[str, Any] | None = None) -> str:
     """The full matrix on the default fabric owns the ``claims`` section; a run
     of some rows only writes its own section (``claims-gaps``, ...), and a
     fabric other than 2 planes x 100 Mbit/s at MTU 1500 its own
-    (``claims-...-4x50``, ``claims-...-mtu4208``), never over the matrix."""
+    (``claims-...-4x50``, ``claims-...-mtu4208``), and so does a sitting with
+    daemon settings of its own (``claims-...-ack_delay0.0003``), never over
+    the matrix."""
     from tools.claims.rows import DEFAULT_ROWS
 
     fabric = "" if (planes, rate_mbit) == (2, 100) else f"-{planes}x{rate_mbit}"
     if mtu != 1500:
         fabric += f"-mtu{mtu}"
+    for k, v in sorted((connection or {}).items()):
+        fabric += "-" + "".join(ch for ch in f"{k}{v}" if ch.isalnum() or ch in "._")
     if set(DEFAULT_ROWS) <= set(rows) and not fabric:
         return DOCS_NAME
     return DOCS_NAME + "-" + "-".join(rows) + fabric
@@ -433,6 +437,9 @@ def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> 
              f"{data.get('planes', 2)} planes at {data.get('rate_mbit', 100)} Mbit/s, "
              f"MTU {data.get('mtu', 1500)}, "
              f"link element: {data['element']}; {data['seconds']:.0f} s"
+             + ("; daemon [connection] settings: " + ", ".join(
+                 f"{k} = {v}" for k, v in data["connection"].items())
+                if data.get("connection") else "")
              + (f"; 1-minute load average {data['loadavg']['start'][0]:.1f} at the start, "
                 f"{data['loadavg']['end'][0]:.1f} at the end (2 CPUs)"
                 if data.get("loadavg") else "") + "."]
@@ -477,7 +484,7 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
     # The full matrix's plots are claims-*.png; a partial run or another
     # fabric names its own after its docs section, so it never replaces them.
     stem = section_name(list(R), data.get("planes", 2), data.get("rate_mbit", 100),
-                        data.get("mtu", 1500))
+                        data.get("mtu", 1500), data.get("connection"))
     inv = R.get("invisibility", {}).get("series")
     if inv:
         stacks = sorted({k.split("/")[0] for k in inv})
@@ -580,5 +587,6 @@ def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: 
     if update_docs:
         replace_section(docs_path, section_name(list(data["rows"]), data.get("planes", 2),
                                                 data.get("rate_mbit", 100),
-                                                data.get("mtu", 1500)), md)
+                                                data.get("mtu", 1500),
+                                                data.get("connection")), md)
     return path
