@@ -122,3 +122,46 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
     assert "parked within 5 srtt" in md and "10 srtt + one probe interval" in md
     assert "carrier loss" in md
     assert "the machine's CPU during each row's runs" in md
+
+
+def test_claims_connection_setting_reaches_every_daemon(tmp_path: Path, unique_name: str
+                                                        ) -> None:
+    """``--connection KEY=VALUE`` is written into every daemon's config, named
+    in the JSON and the report, and the run still moves its bytes."""
+    run_dir = Path(tempfile.mkdtemp(prefix="bc", dir="/tmp"))
+    env = {**os.environ, "BRAID_RUN_DIR": str(run_dir)}
+    braid = str(Path(sys.executable).parent / "braid")
+    out = tmp_path / "o"
+    work = tmp_path / "w"
+    try:
+        r = subprocess.run([braid, "bench", "claims", "--quick", "--rows", "loss", "--stacks",
+                            "braid", "--connection", "ack_every=16", "--out", str(out),
+                            "--work", str(work), "--name", unique_name], env=env,
+                           capture_output=True, text=True, timeout=240)
+    finally:
+        left = sorted(p.name for p in Path("/run/netns").glob(f"br{unique_name}-*")) \
+            if Path("/run/netns").exists() else []
+        if left:
+            subprocess.run([braid, "testbed", "down", "--name", unique_name], env=env,
+                           capture_output=True, timeout=60)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert left == [], f"leftover namespaces: {left}"
+    import tomllib
+
+    configs = sorted(work.glob("h*.toml"))
+    assert len(configs) == 4
+    for c in configs:
+        conn = tomllib.loads(c.read_text())["connection"]
+        assert conn["ack_every"] == 16 and conn["plane_rate"] > 0, (c, conn)
+    data = json.loads((out / "claims.json").read_text())
+    assert data["connection"] == {"ack_every": 16}
+    assert all(t["ok"] for t in data["transfers"]), data["transfers"]
+    assert "daemon [connection] settings: ack_every = 16" in (out / "claims.md").read_text()
+
+    # A key the daemon does not know fails before anything is built.
+    bad = subprocess.run([braid, "bench", "claims", "--rows", "loss", "--connection",
+                          "ack_evry=16", "--out", str(tmp_path / "bad")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "unknown key 'ack_evry'" in bad.stderr, bad.stderr
+    assert not (tmp_path / "bad" / "claims.json").exists()
