@@ -35,26 +35,35 @@ def _numbers(obj: Any) -> int:
     return 0
 
 
-def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
+BRAID = str(Path(sys.executable).parent / "braid")
+
+
+def _claims(args: list[str], unique_name: str, timeout: float
+            ) -> subprocess.CompletedProcess[str]:
+    """``braid bench claims ARGS`` on testbed ``unique_name``; asserts it
+    succeeded and left no namespace behind (and removes any it left)."""
     # A short run directory: the link elements' control sockets (and the fault
     # commands' reply sockets) live under it, and AF_UNIX paths end at 107 bytes.
     run_dir = Path(tempfile.mkdtemp(prefix="bc", dir="/tmp"))
     env = {**os.environ, "BRAID_RUN_DIR": str(run_dir)}
-    braid = str(Path(sys.executable).parent / "braid")
-    out = tmp_path / "o"
     try:
-        r = subprocess.run([braid, "bench", "claims", "--quick", "--out", str(out),
-                            "--name", unique_name], env=env, capture_output=True, text=True,
-                           timeout=480)
+        r = subprocess.run([BRAID, "bench", "claims", *args, "--name", unique_name], env=env,
+                           capture_output=True, text=True, timeout=timeout)
     finally:
         left = sorted(p.name for p in Path("/run/netns").glob(f"br{unique_name}-*")) \
             if Path("/run/netns").exists() else []
         if left:
-            subprocess.run([braid, "testbed", "down", "--name", unique_name], env=env,
+            subprocess.run([BRAID, "testbed", "down", "--name", unique_name], env=env,
                            capture_output=True, timeout=60)
         shutil.rmtree(run_dir, ignore_errors=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert left == [], f"leftover namespaces: {left}"
+    return r
+
+
+def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
+    out = tmp_path / "o"
+    r = _claims(["--quick", "--out", str(out)], unique_name, timeout=480)
     assert "row 1/7: invisibility" in r.stderr  # progress is shown
 
     data = json.loads((out / "claims.json").read_text())
@@ -128,25 +137,10 @@ def test_claims_connection_setting_reaches_every_daemon(tmp_path: Path, unique_n
                                                         ) -> None:
     """``--connection KEY=VALUE`` is written into every daemon's config, named
     in the JSON and the report, and the run still moves its bytes."""
-    run_dir = Path(tempfile.mkdtemp(prefix="bc", dir="/tmp"))
-    env = {**os.environ, "BRAID_RUN_DIR": str(run_dir)}
-    braid = str(Path(sys.executable).parent / "braid")
     out = tmp_path / "o"
     work = tmp_path / "w"
-    try:
-        r = subprocess.run([braid, "bench", "claims", "--quick", "--rows", "loss", "--stacks",
-                            "braid", "--connection", "ack_every=16", "--out", str(out),
-                            "--work", str(work), "--name", unique_name], env=env,
-                           capture_output=True, text=True, timeout=240)
-    finally:
-        left = sorted(p.name for p in Path("/run/netns").glob(f"br{unique_name}-*")) \
-            if Path("/run/netns").exists() else []
-        if left:
-            subprocess.run([braid, "testbed", "down", "--name", unique_name], env=env,
-                           capture_output=True, timeout=60)
-        shutil.rmtree(run_dir, ignore_errors=True)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert left == [], f"leftover namespaces: {left}"
+    _claims(["--quick", "--rows", "loss", "--stacks", "braid", "--connection", "ack_every=16",
+             "--out", str(out), "--work", str(work)], unique_name, timeout=240)
     import tomllib
 
     configs = sorted(work.glob("h*.toml"))
@@ -160,8 +154,8 @@ def test_claims_connection_setting_reaches_every_daemon(tmp_path: Path, unique_n
     assert "daemon [connection] settings: ack_every = 16" in (out / "claims.md").read_text()
 
     # A key the daemon does not know fails before anything is built.
-    bad = subprocess.run([braid, "bench", "claims", "--rows", "loss", "--connection",
-                          "ack_evry=16", "--out", str(tmp_path / "bad")], env=env,
+    bad = subprocess.run([BRAID, "bench", "claims", "--rows", "loss", "--connection",
+                          "ack_evry=16", "--out", str(tmp_path / "bad")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "unknown key 'ack_evry'" in bad.stderr, bad.stderr
     assert not (tmp_path / "bad" / "claims.json").exists()
