@@ -158,14 +158,32 @@ def test_writer_round_trip_and_garbage_payloads(tmp_path: Path) -> None:
     assert [p.error for p in pkts[1:]] == ["short", "short", "header_len", "short", "type"]
 
 
-def test_streaming_memory_is_bounded(tmp_path: Path) -> None:
-    path = tmp_path / "big.pcap"
-    n = write_synthetic(path, 200_000, payload=64)
-    tracemalloc.start()
-    try:
-        stats = TraceStats().add_all(read_packets(path))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert stats.total.packets == n
-    assert peak < 40 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+def test_streaming_memory_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory stops growing with the capture once the bounded tables are full.
+
+    The tables' caps are lowered so that both captures overflow them (the
+    synthetic trace has no SACKs: every DATA packet stays outstanding); a
+    capture four times longer then costs no more memory."""
+    import tools.trace.stats as trace_stats
+
+    monkeypatch.setattr(trace_stats, "MAX_OUTSTANDING", 2048)
+    monkeypatch.setattr(trace_stats, "MAX_EV_ROWS", 256)
+
+    def peak_of(n_packets: int) -> tuple[int, int]:
+        path = tmp_path / f"big{n_packets}.pcap"
+        n = write_synthetic(path, n_packets, payload=64)
+        tracemalloc.start()
+        try:
+            stats = TraceStats().add_all(read_packets(path))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert stats.total.packets == n
+        return n, peak
+
+    _, small = peak_of(12_000)
+    n, large = peak_of(48_000)
+    assert n == 48_000
+    # Unbounded, the 36,000 more outstanding packets alone would take ~4 MiB.
+    assert large < small * 1.25 + (256 << 10), \
+        f"peak {small / 2**20:.2f} MiB at 12k packets, {large / 2**20:.2f} MiB at 48k"
