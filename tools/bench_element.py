@@ -17,6 +17,7 @@ from tools.bench_common import REPO_ROOT
 
 NAME = "element"
 HELP = "eBPF switch port vs userspace link element: packets/s, CPU/packet, delays, trims"
+DOCS = "docs/testbed.md"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import importlib
 
-#: bench name -> module; each module has ``HELP`` (optional), ``add_arguments`` and ``run``.
+#: bench name -> module; each module has ``HELP`` (optional), ``DOCS`` (optional: the
+#: markdown file ``--update-docs`` edits, relative to the repo, when it is not
+#: docs/benchmarks.md), ``add_arguments`` and ``run``. The module's docstring is
+#: the bench's ``--help`` description.
 BENCHES: dict[str, str] = {
     "wire": "tools.bench_wire",
     "sim": "tools.bench_sim",
@@ -39,8 +42,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             if exc.name == module_name:
                 continue
             raise
-        bp = sub.add_parser(name, help=getattr(module, "HELP", None))
-        _add_common(bp)
+        bp = sub.add_parser(name, help=getattr(module, "HELP", None),
+                            description=_description(module.__doc__),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        _add_common(bp, getattr(module, "DOCS", "docs/benchmarks.md"))
         module.add_arguments(bp)
         bp.set_defaults(func=module.run)
     def _help(_args: argparse.Namespace) -> int:
@@ -50,17 +55,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_help)
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
+def _description(doc: str | None) -> str | None:
+    """A module docstring as ``--help`` text: reST literals as plain quotes."""
+    if not doc:
+        return None
+    return doc.strip().replace("``", "")
+
+
+def _add_common(parser: argparse.ArgumentParser, docs: str) -> None:
     parser.add_argument(
         "--out", default="results", metavar="DIR",
         help="directory for the JSON results (default: results)",
     )
     parser.add_argument(
         "--update-docs", action="store_true",
-        help="replace this benchmark's section in docs/benchmarks.md",
+        help=f"replace this benchmark's section in {docs}",
     )
     parser.add_argument(
         "--docs", default=None, metavar="FILE",
-        help="the markdown file --update-docs edits (default: docs/benchmarks.md of the repo)",
+        help=f"the markdown file --update-docs edits (default: {docs} of the repo)",
     )
     parser.add_argument("--quick", action="store_true", help="a short run (smoke test)")

@@ -99,3 +99,23 @@ def test_connection_settings_are_checked_as_the_daemon_would() -> None:
                      ("ack_every=0", "ack_every")):
         with pytest.raises(UserError, match=why):
             parse_connection([bad])
+
+
+def test_bench_help_names_each_bench_s_own_docs_file(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--help`` describes the bench (its module docstring) and says which file
+    ``--update-docs`` edits: docs/claims.md for the claims, not benchmarks.md."""
+    from tools.cli import build_parser
+
+    parser = build_parser()
+    for argv, docs in ((["bench", "claims", "--help"], "docs/claims.md"),
+                       (["bench", "element", "--help"], "docs/testbed.md"),
+                       (["bench", "wire", "--help"], "docs/benchmarks.md")):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(argv)
+        assert exc.value.code == 0
+        text = capsys.readouterr().out
+        assert f"replace this benchmark's section in {docs}" in text, text
+        assert f"braid bench {argv[1]}:" in text, text  # the description
+        assert "``" not in text, text
+        if argv[1] == "claims":  # the rows it runs, and what it costs
+            assert "incast 8->1" in text and "--quick about 2" in text, text
