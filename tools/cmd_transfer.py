@@ -350,6 +350,11 @@ def run_stats(args: argparse.Namespace) -> int:
     for pl in io["planes"]:
         print(f"  plane {pl['plane']} {pl['address']}  rcvbuf {pl['rcvbuf']}  "
               f"source ports {pl['source_ports']}  socket drops {pl['rx_queue_drops']}")
+    qw = io.get("queue_wait")
+    if qw:  # queue_wait = true: what this host's own delay adds to every RTT through it
+        print(f"  socket-queue wait of {qw['reads']} reads: mean {qw['mean_us'] / 1e3:.3f} ms, "
+              f"p50 <= {qw['p50_us'] / 1e3:.3f}, p99 <= {qw['p99_us'] / 1e3:.3f}, "
+              f"max {qw['max_us'] / 1e3:.3f} ms")
     if not st["connections"]:
         print("no connections")
     for c in st["connections"]:

@@ -32,11 +32,13 @@ from transport.connection import Connection
 from transport.datagram import RxInfo, TxPath
 from transport.endpoint import Endpoint, PeerKey
 from transport.events import Event
+from transport.queue_wait import QueueWait
 from transport.timerfd import TimerFd
 from transport.udp import (
     GSO_MAX_BYTES,
     GSO_MAX_SEGMENTS,
     RX_ANC_SPACE,
+    SCM_TIMESTAMPNS,
     SOL_UDP,
     PeerTable,
     PlaneAddr,
@@ -53,6 +55,8 @@ TX_ROUNDS = 4
 _MAX_DGRAM = 65536
 _DATA_DSCP = int(Dscp.DATA)
 _INT = struct.Struct("i")
+_TIMESPEC = struct.Struct("qq")
+_SOL_SOCKET = 1
 #: errnos that mean "this host cannot reach there on this plane now": its link
 #: is down (ENETDOWN), the route is gone or ignored (ENETUNREACH, e.g. with
 #: ``ignore_routes_with_linkdown`` after carrier loss), the neighbour failed
@@ -102,7 +106,7 @@ class EndpointIO:
     def __init__(self, endpoint: Endpoint, planes: Sequence[PlaneAddr], peers: PeerTable, *,
                  on_event: EventHandler | None = None, pool: int = 16,
                  rcvbuf: int = 32 << 20, sndbuf: int = 8 << 20, batch: bool = True,
-                 timerfd: bool = True) -> None:
+                 timerfd: bool = True, queue_wait: bool = False) -> None:
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint
@@ -136,6 +140,9 @@ class EndpointIO:
         self.gso_sends = 0
         self.closed = False
         self.tap: Tap | None = None
+        #: Socket-queue waits of what this host read (``queue_wait=True``: the
+        #: kernel stamps every datagram; transport/queue_wait.py); None: off.
+        self.queue_wait: QueueWait | None = QueueWait() if queue_wait else None
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -145,7 +152,8 @@ class EndpointIO:
         try:
             for i, a in enumerate(self.plane_addrs):
                 self.planes.append(PlaneSockets(i, a, pool=self._pool, rcvbuf=self._rcvbuf,
-                                                sndbuf=self._sndbuf, batch=self._batch))
+                                                sndbuf=self._sndbuf, batch=self._batch,
+                                                rx_timestamps=self.queue_wait is not None))
         except BaseException:
             self.close()
             raise
@@ -225,6 +233,7 @@ class EndpointIO:
         infos = self._rx_info
         plane = ps.index
         tap = self.tap
+        qw = self.queue_wait
         now = time.monotonic()
         n_rx = 0
         n_bytes = 0
@@ -249,6 +258,10 @@ class EndpointIO:
                 if level == SOL_UDP:
                     if len(cdata) >= 4:
                         seg = _INT.unpack_from(cdata)[0]
+                elif level == _SOL_SOCKET:
+                    if _type == SCM_TIMESTAMPNS and qw is not None and len(cdata) >= 16:
+                        sec, nsec = _TIMESPEC.unpack_from(cdata)
+                        qw.add(time.time() - sec - nsec * 1e-9)
                 elif cdata:
                     v = cdata[0]  # IP_TOS one byte; IPV6_TCLASS an int (little-endian)
             if v != last_v:
@@ -476,6 +489,7 @@ class EndpointIO:
             "rx_bytes": self.rx_bytes,
             "tx_bytes": self.tx_bytes,
             "gso_sends": self.gso_sends,
+            "queue_wait": None if self.queue_wait is None else self.queue_wait.summary(),
             "tx_errors": dict(self.tx_errors),
             "tx_unreachable": list(self.tx_unreachable),
             "peer_table": len(self.peers),
@@ -487,6 +501,7 @@ class EndpointIO:
                     "source_ports": len(ps.source_ports),
                     "gso": ps.gso,
                     "gro": ps.gro,
+                    "rx_timestamps": ps.rx_timestamps,
                     "rx_queue_drops": ps.rx_queue_drops(),
                 }
                 for ps in self.planes

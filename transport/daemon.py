@@ -134,6 +134,9 @@ class DaemonConfig:
     #: No payload_size configured: size DATA to the path MTU towards the
     #: configured peers (jumbo links give jumbo payloads), see ``auto_payload``.
     payload_auto: bool = False
+    #: Measure how long datagrams wait in the plane sockets' queues before the
+    #: daemon reads them (kernel receive timestamps; transport/queue_wait.py).
+    queue_wait: bool = False
 
 
 def _want(src: str, key: str, value: object, kind: type | tuple[type, ...], what: str) -> Any:
@@ -157,7 +160,8 @@ def _addrs(src: str, key: str, value: object, port: int) -> list[PlaneAddr]:
 
 
 _TOP_KEYS = {"name", "port", "key", "socket", "planes", "peers", "connection", "pool", "rcvbuf",
-             "sndbuf", "drain_timeout", "send_window", "recv_buffer", "insecure", "keylog"}
+             "sndbuf", "drain_timeout", "send_window", "recv_buffer", "insecure", "keylog",
+             "queue_wait"}
 
 
 def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
@@ -217,6 +221,8 @@ def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
             if v < (0 if k == "pool" else 1):
                 raise ConfigError(f"{src}: key '{k}': must be positive")
             setattr(cfg, k, v)
+    cfg.queue_wait = _want(src, "queue_wait", data.get("queue_wait", False), bool,
+                           "true or false")
     if "keylog" in data:
         cfg.keylog = base / _want(src, "keylog", data["keylog"], str, "a file name")
     if "drain_timeout" in data:
@@ -386,7 +392,8 @@ class Daemon:
         for name, addrs in cfg.peers.items():
             table.add(name, addrs)
         self.io = EndpointIO(self.endpoint, cfg.planes, table, on_event=self._on_event,
-                             pool=cfg.pool, rcvbuf=cfg.rcvbuf, sndbuf=cfg.sndbuf)
+                             pool=cfg.pool, rcvbuf=cfg.rcvbuf, sndbuf=cfg.sndbuf,
+                             queue_wait=cfg.queue_wait)
         if qlog is not None:
             self.io.tap = QlogTap(qlog)
         self.peers = {name: _Peer(name) for name in cfg.peers}

@@ -42,8 +42,13 @@ ANC_SPACE = socket.CMSG_SPACE(4)
 SOL_UDP = 17
 UDP_SEGMENT = 103
 UDP_GRO = 104
-#: Receive ancillary space: TOS / traffic class plus the GRO segment size.
-RX_ANC_SPACE = 2 * socket.CMSG_SPACE(4)
+#: Kernel receive timestamps (``struct timespec``, CLOCK_REALTIME) on a socket;
+#: the control message has the same number (Linux, 64-bit time).
+SO_TIMESTAMPNS = 35
+SCM_TIMESTAMPNS = SO_TIMESTAMPNS
+#: Receive ancillary space: TOS / traffic class, the GRO segment size, and a
+#: receive timestamp when asked for (``PlaneSockets(rx_timestamps=True)``).
+RX_ANC_SPACE = 2 * socket.CMSG_SPACE(4) + socket.CMSG_SPACE(16)
 #: Limits of one GSO send: segments (the kernel allows 64 or 128) and bytes
 #: (a UDP datagram's length field).
 GSO_MAX_SEGMENTS = 64
@@ -111,7 +116,7 @@ class PlaneSockets:
     """The listening socket and the EV-carrying send pool of one plane."""
 
     def __init__(self, index: int, addr: PlaneAddr, *, pool: int, rcvbuf: int,
-                 sndbuf: int, batch: bool = True) -> None:
+                 sndbuf: int, batch: bool = True, rx_timestamps: bool = False) -> None:
         self.index = index
         self.addr = addr
         self.family = addr.family
@@ -124,6 +129,14 @@ class PlaneSockets:
             self.listen.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
         else:
             self.listen.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        #: The kernel stamps each datagram on arrival (transport/queue_wait.py).
+        self.rx_timestamps = False
+        if rx_timestamps:
+            try:
+                self.listen.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                self.rx_timestamps = True
+            except OSError:
+                pass
         self.rcvbuf = self.listen.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
         #: UDP GSO on send / GRO on receive in use (``batch`` and the kernel allow).
         self.gso = batch

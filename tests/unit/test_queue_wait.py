@@ -1,0 +1,134 @@
+"""Socket-queue waits: the histogram, and real kernel timestamps on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_daemon import PY, REPO, braid_cli, write_configs
+
+from transport.aio import EndpointIO
+from transport.config import ConnectionConfig
+from transport.endpoint import Endpoint
+from transport.queue_wait import MAX_BUCKET, QueueWait
+from transport.udp import PeerTable, PlaneAddr
+
+
+def test_histogram_quantiles_and_window() -> None:
+    q = QueueWait()
+    for w in [50e-6] * 90 + [3e-3] * 9 + [40e-3]:
+        q.add(w)
+    q.add(-1.0)  # a clock stepped back: counted as no wait
+    s = q.summary()
+    assert s["reads"] == 101
+    assert 64 <= s["p50_us"] <= 64 and s["p99_us"] == 4096  # bucket upper bounds
+    assert s["max_us"] == pytest.approx(40e3)
+    assert s["mean_us"] == pytest.approx((90 * 50 + 9 * 3000 + 40000) / 101)
+    before = QueueWait.from_summary(s)
+    assert before.summary() == s
+    for _ in range(10):
+        q.add(0.2)
+    d = q.since(before)
+    assert d.count == 10 and d.total == pytest.approx(2.0)
+    assert 0.2 <= d.max <= 0.2 * 2  # the bucket's upper bound
+    assert d.summary()["p50_us"] == pytest.approx(d.max * 1e6)
+    assert QueueWait().summary()["p99_us"] == 0.0
+    q.add(1e9)  # far beyond the last bucket's start: lands in it
+    assert q.buckets[MAX_BUCKET] == 1
+    with pytest.raises(ValueError):
+        QueueWait.from_summary({"reads": 1})
+
+
+def test_endpoint_io_measures_how_long_datagrams_sat_in_the_socket() -> None:
+    """Datagrams sent to a daemon's plane socket while its loop is busy wait
+    there; the kernel's stamps say how long."""
+    port = _free_port()
+
+    async def main() -> dict[str, object]:
+        ep = Endpoint(config=ConnectionConfig(planes=1), secret=None)
+        io = EndpointIO(ep, [PlaneAddr("127.0.0.1", port)], PeerTable(1, [port]),
+                        queue_wait=True)
+        io.open()
+        try:
+            assert io.planes[0].rx_timestamps
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                for _ in range(5):
+                    s.sendto(b"\x01junk", ("127.0.0.1", port))
+                time.sleep(0.05)  # the loop is blocked: they wait in the queue
+            await asyncio.sleep(0.05)  # now it reads them
+            stats = io.stats()["queue_wait"]
+            assert isinstance(stats, dict)
+            return stats
+        finally:
+            io.close()
+
+    s = asyncio.run(main())
+    assert isinstance(s["reads"], int) and 1 <= s["reads"] <= 5, s  # a GRO read carries several
+    assert isinstance(s["mean_us"], float) and s["mean_us"] >= 45_000, s  # at least the block
+    assert isinstance(s["max_us"], float) and s["max_us"] >= 45_000, s
+
+
+def test_off_by_default() -> None:
+    port = _free_port()
+
+    async def main() -> object:
+        ep = Endpoint(config=ConnectionConfig(planes=1), secret=None)
+        io = EndpointIO(ep, [PlaneAddr("127.0.0.1", port)], PeerTable(1, [port]))
+        io.open()
+        try:
+            assert not io.planes[0].rx_timestamps
+            return io.stats()["queue_wait"]
+        finally:
+            io.close()
+
+    assert asyncio.run(main()) is None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_daemon_key_queue_wait_reaches_stats(tmp_path: Path) -> None:
+    """``queue_wait = true`` in a daemon's config: after a transfer, ``braid
+    stats`` shows the waits (JSON and text); a non-boolean value is refused."""
+    a, b = write_configs(tmp_path, extra="queue_wait = true")
+    try:
+        a.start()
+        b.start()
+        src = tmp_path / "m.bin"
+        src.write_bytes(os.urandom(1 << 20))
+        recv = subprocess.Popen([PY, "-m", "tools.cli", "recv", "--config", str(b.config),
+                                 "--out", str(tmp_path / "out"), "--count", "1", "--json",
+                                 "--timeout", "60"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            r = braid_cli("send", "--config", str(a.config), "--to", "b", "--file", str(src))
+            assert r.returncode == 0, r.stderr
+            _out, err = recv.communicate(timeout=60)
+            assert recv.returncode == 0, err
+        finally:
+            if recv.poll() is None:
+                recv.kill()
+                recv.wait()
+        for h in (a, b):
+            st = json.loads(braid_cli("stats", "--config", str(h.config), "--json").stdout)
+            qw = st["io"]["queue_wait"]
+            assert qw["reads"] > 0 and qw["max_us"] >= qw["mean_us"] >= 0, qw
+            assert all(p["rx_timestamps"] for p in st["io"]["planes"])
+        text = braid_cli("stats", "--config", str(b.config)).stdout
+        assert "socket-queue wait of" in text, text
+    finally:
+        a.stop()
+        b.stop()
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(a.config.read_text().replace("queue_wait = true", 'queue_wait = "yes"'))
+    r = braid_cli("daemon", "--config", str(cfg))
+    assert r.returncode == 2 and "key 'queue_wait': expected true or false" in r.stderr, r.stderr
