@@ -69,6 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--render", default=None, metavar="JSON",
                         help="measure nothing: redraw the tables, plots and (--update-docs) the "
                         "docs section from an earlier claims.json")
+    parser.add_argument("--queue-wait", action="store_true",
+                        help="Braid daemons measure how long datagrams wait in their socket "
+                        "queues (kernel receive timestamps): the hosts' own share of every "
+                        "RTT, per run and host in the JSON and a table")
     parser.add_argument("--work", default=None, metavar="DIR",
                         help="daemon configs and logs (default: <out>/claims-run)")
 
@@ -135,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
     dargs = ["--qlog", str(work.resolve() / "{host}.qlog")] if args.daemon_qlog else []
     fab = ClaimsFabric(n_hosts, args.name, work, dargs, element=args.element,
-                       connection=connection)
+                       connection=connection, queue_wait=bool(args.queue_wait))
     load0 = os.getloadavg()
     results: dict[str, Any] = {}
     ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
@@ -168,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
                             capture_output=True, text=True, timeout=10).stdout.strip()
     data = {"bench": NAME, "quick": bool(args.quick), "rows": results, "stacks": stacks,
             "hosts": n_hosts, "planes": args.planes, "rate_mbit": args.rate,
-            "mtu": args.mtu, "connection": connection,
+            "mtu": args.mtu, "connection": connection, "queue_wait": bool(args.queue_wait),
             "element": ("eBPF switch port" if args.element == "ebpf"
                         else "userspace (AF_PACKET) link element"),
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,

@@ -136,18 +136,29 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
 def test_claims_connection_setting_reaches_every_daemon(tmp_path: Path, unique_name: str
                                                         ) -> None:
     """``--connection KEY=VALUE`` is written into every daemon's config, named
-    in the JSON and the report, and the run still moves its bytes."""
+    in the JSON and the report, and the run still moves its bytes. With
+    ``--queue-wait`` every Braid run records how long the datagrams of its two
+    ends sat in their socket queues."""
     out = tmp_path / "o"
     work = tmp_path / "w"
     _claims(["--quick", "--rows", "loss", "--stacks", "braid", "--connection", "ack_every=16",
-             "--out", str(out), "--work", str(work)], unique_name, timeout=240)
+             "--queue-wait", "--out", str(out), "--work", str(work)], unique_name, timeout=240)
     import tomllib
 
     configs = sorted(work.glob("h*.toml"))
     assert len(configs) == 4
     for c in configs:
-        conn = tomllib.loads(c.read_text())["connection"]
+        cfg = tomllib.loads(c.read_text())
+        conn = cfg["connection"]
         assert conn["ack_every"] == 16 and conn["plane_rate"] > 0, (c, conn)
+        assert cfg["queue_wait"] is True
+    data = json.loads((out / "claims.json").read_text())
+    assert data["queue_wait"] is True
+    for t in data["transfers"]:  # the stream h0 -> h3: both ends read (DATA, SACKs)
+        qw = t["queue_wait"]
+        assert {"h0", "h3"} <= set(qw), qw
+        assert all(v["reads"] > 0 and v["max_us"] >= v["mean_us"] >= 0 for v in qw.values()), qw
+    assert "socket-queue waits of the Braid daemons" in (out / "claims.md").read_text()
     data = json.loads((out / "claims.json").read_text())
     assert data["connection"] == {"ack_every": 16}
     assert all(t["ok"] for t in data["transfers"]), data["transfers"]

@@ -425,7 +425,32 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
                     ["row", "stack", "runs", "busy median", "busy max",
                      "saturated (>= 95%) 100 ms intervals, median / max", "steal max",
                      "Braid daemons median", "workers median"], rows))
+    qw = queue_wait_rows(data)
+    if qw:
+        out.append(("socket-queue waits of the Braid daemons in each run (--queue-wait: how long "
+                    "a datagram sat in the host's socket queue before its daemon read it, ms; "
+                    "every RTT through that host contains it, the fabric's RTT is ~0.05 ms; "
+                    "p99 and max are log2 bucket bounds)",
+                    ["row", "stack", "run", "hosts", "median host mean", "worst host",
+                     "its mean", "its p99 <=", "its max <=", "its reads"], qw))
     return out
+
+
+def queue_wait_rows(data: dict[str, Any]) -> list[list[str]]:
+    """One line per run measured with ``--queue-wait``: the median of the hosts'
+    mean waits, and the host that waited longest on average."""
+    rows: list[list[str]] = []
+    for t in data.get("transfers", []):
+        qw = t.get("queue_wait")
+        if not isinstance(qw, dict) or not qw:
+            continue
+        med = m.percentile([float(v["mean_us"]) for v in qw.values()], 50)
+        worst_host, worst = max(qw.items(), key=lambda kv: float(kv[1]["mean_us"]))
+        rows.append([t["row"], t["stack"], t["run"], str(len(qw)),
+                     _f(None if med is None else med / 1e3, 2), worst_host,
+                     _f(worst["mean_us"] / 1e3, 2), _f(worst["p99_us"] / 1e3, 1),
+                     _f(worst["max_us"] / 1e3, 1), str(worst["reads"])])
+    return rows
 
 
 def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> str:
@@ -440,6 +465,8 @@ def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> 
              + ("; daemon [connection] settings: " + ", ".join(
                  f"{k} = {v}" for k, v in data["connection"].items())
                 if data.get("connection") else "")
+             + ("; daemons measured their socket-queue waits (--queue-wait)"
+                if data.get("queue_wait") else "")
              + (f"; 1-minute load average {data['loadavg']['start'][0]:.1f} at the start, "
                 f"{data['loadavg']['end'][0]:.1f} at the end (2 CPUs)"
                 if data.get("loadavg") else "") + "."]

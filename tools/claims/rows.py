@@ -85,6 +85,8 @@ def _record(ctx: Ctx, row: str, stack: str, label: str, res: dict[int, dict[str,
                           "fired": next((r.get("fired") for r in res.values()), []),
                           # The machine's CPU over the run (tools/claims/cpu.py).
                           "cpu": ctx.fab.last_cpu,
+                          # --queue-wait: each Braid daemon's socket-queue waits.
+                          "queue_wait": ctx.fab.last_queue_wait,
                           "hosts": {str(h): {"steps": len(r.get("done", [])),
                                              "errors": r.get("errors", [])[:3],
                                              "conns": r.get("conns"), "kernel": r.get("kernel"),
