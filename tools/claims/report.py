@@ -214,16 +214,16 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
         nr = [x.get(nkey + "_rtts") for x in fa["braid"].values()]
         out.append(["fairness: Jain >= 0.95 once converged (median of 100 ms windows)",
                     " / ".join(_f(x) for x in js),
-                    "tcp " + " / ".join(_f(x.get("jain_median"))
-                                        for x in (fa.get("tcp") or {}).values()),
+                    ("tcp " + " / ".join(_f(x.get("jain_median")) for x in fa["tcp"].values())
+                     if fa.get("tcp") else "-"),
                     _met(None if None in js else min(js) >= 0.95)])
         ms = [x.get(nkey + "_ms") for x in fa["braid"].values()]
         how = "by message arrivals" if arr else "by 100 ms windows"
         out.append(["fairness: a newcomer reaches 80% of its share within 50 srtt",
                     " / ".join(_f(x, 0) for x in nr) + " srtt (" +
                     " / ".join(_f(x, 0) for x in ms) + f" ms {how}; srtt includes host delay)",
-                    "tcp " + " / ".join(_f(x.get(nkey + "_ms"), 0)
-                                        for x in (fa.get("tcp") or {}).values()) + " ms",
+                    ("tcp " + " / ".join(_f(x.get(nkey + "_ms"), 0) for x in fa["tcp"].values())
+                     + " ms" if fa.get("tcp") else "-"),
                     _met(None if None in nr else max(nr) <= 50)])
     co = _get(R, "compound", "per_stack", "braid")
     for tag, key in (("", None), (", CE marks instead of loss", "ce")):
