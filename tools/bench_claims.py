@@ -14,9 +14,8 @@ its worst case, every run with how busy the machine was.
 Writes ``<out>/claims.json``, ``<out>/claims.md`` and PNGs (``--plots``);
 with ``--update-docs`` the section in docs/claims.md. A full run takes
 6-10 minutes on 11 hosts, ``--quick`` 2-4 on 5 (more on a busy machine).
-Root only (network
-namespaces); every namespace and process it made is removed at the end,
-also on failure or Ctrl-C.
+Root only (network namespaces); every namespace and process it made is
+removed at the end, also on failure or Ctrl-C.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import socket
 import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -56,7 +57,7 @@ _MAX_DGRAM = 65536
 _DATA_DSCP = int(Dscp.DATA)
 _INT = struct.Struct("i")
 _TIMESPEC = struct.Struct("qq")
-_SOL_SOCKET = 1
+_SOL_SOCKET = socket.SOL_SOCKET
 #: errnos that mean "this host cannot reach there on this plane now": its link
 #: is down (ENETDOWN), the route is gone or ignored (ENETUNREACH, e.g. with
 #: ``ignore_routes_with_linkdown`` after carrier loss), the neighbour failed
