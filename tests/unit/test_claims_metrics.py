@@ -123,6 +123,9 @@ def test_a_partial_run_never_overwrites_the_matrix_section() -> None:
     assert section_name(list(DEFAULT_ROWS), connection={"ack_delay": 3e-4}) == \
         "claims-" + "-".join(DEFAULT_ROWS) + "-ack_delay0.0003"
     assert section_name(["incast"], connection={}) == "claims-incast"
+    # ... nor one whose daemons measured their socket-queue waits (--queue-wait)
+    assert section_name(list(DEFAULT_ROWS), queue_wait=True) == \
+        "claims-" + "-".join(DEFAULT_ROWS) + "-queuewait"
 
 
 def test_the_fabric_takes_a_plane_count_and_rate_within_bounds() -> None:

@@ -14,13 +14,15 @@ DOCS_NAME = "claims"
 
 
 def section_name(rows: list[str], planes: int = 2, rate_mbit: int = 100,
-                 mtu: int = 1500, connection: dict[str, Any] | None = None) -> str:
+                 mtu: int = 1500, connection: dict[str, Any] | None = None,
+                 queue_wait: bool = False) -> str:
     """The full matrix on the default fabric owns the ``claims`` section; a run
     of some rows only writes its own section (``claims-gaps``, ...), and a
     fabric other than 2 planes x 100 Mbit/s at MTU 1500 its own
     (``claims-...-4x50``, ``claims-...-mtu4208``), and so does a sitting with
-    daemon settings of its own (``claims-...-ack_delay0.0003``), never over
-    the matrix."""
+    daemon settings of its own (``claims-...-ack_delay0.0003``) or with the
+    daemons' socket-queue waits measured (``claims-...-queuewait``), never
+    over the matrix."""
     from tools.claims.rows import DEFAULT_ROWS
 
     fabric = "" if (planes, rate_mbit) == (2, 100) else f"-{planes}x{rate_mbit}"
@@ -28,6 +30,8 @@ def section_name(rows: list[str], planes: int = 2, rate_mbit: int = 100,
         fabric += f"-mtu{mtu}"
     for k, v in sorted((connection or {}).items()):
         fabric += "-" + "".join(ch for ch in f"{k}{v}" if ch.isalnum() or ch in "._")
+    if queue_wait:
+        fabric += "-queuewait"
     if set(DEFAULT_ROWS) <= set(rows) and not fabric:
         return DOCS_NAME
     return DOCS_NAME + "-" + "-".join(rows) + fabric
@@ -511,7 +515,8 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
     # The full matrix's plots are claims-*.png; a partial run or another
     # fabric names its own after its docs section, so it never replaces them.
     stem = section_name(list(R), data.get("planes", 2), data.get("rate_mbit", 100),
-                        data.get("mtu", 1500), data.get("connection"))
+                        data.get("mtu", 1500), data.get("connection"),
+                        bool(data.get("queue_wait")))
     inv = R.get("invisibility", {}).get("series")
     if inv:
         stacks = sorted({k.split("/")[0] for k in inv})
@@ -615,5 +620,6 @@ def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: 
         replace_section(docs_path, section_name(list(data["rows"]), data.get("planes", 2),
                                                 data.get("rate_mbit", 100),
                                                 data.get("mtu", 1500),
-                                                data.get("connection")), md)
+                                                data.get("connection"),
+                                                bool(data.get("queue_wait"))), md)
     return path
