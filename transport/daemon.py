@@ -29,7 +29,7 @@ from typing import IO, Any, Protocol
 
 from transport import control
 from transport.aio import EndpointIO
-from transport.config import ConnectionConfig
+from transport.config import ConnectionConfig, profile_values
 from transport.connection import Connection
 from transport.datagram import RxInfo, TxPath
 from transport.endpoint import Endpoint, PeerKey
@@ -49,31 +49,6 @@ from wire.constants import HEADER_TAG_LEN, UDP_PORT, Dscp, Flag, NackReason, Pac
 from wire.keys import KeyFileError, load_key_file
 from wire.packets import Data, Nack, Sack, unpack_body
 
-#: Connection defaults for a software host (overridable in [connection]): the
-#: RTT a Python endpoint sees is dominated by its own event loop (~0.1-3 ms),
-#: so NSCC's delay target and the minimum RTO are set for that (measured with
-#: ``braid bench goodput``: 5 ms / 0.5 ms gave spurious RTOs and a small window),
-#: pacing bursts must cover the loop's 1 ms timer granularity, and one SACK per 16
-#: DATA packets (not 4) halves the per-packet Python cost on both sides (2x goodput).
-#: ``initial_rtt`` is only NSCC's first guess: it learns the base RTT from samples
-#: (the namespace testbed's ~0.05 ms through eBPF ports and ~1-10 ms through
-#: userspace ones both work). min_rto stays 40 ms: on the eBPF fabric the RTT a
-#: busy Python daemon sees still spikes to 50-130 ms (docs/daemon.md). ``plane_rate``
-#: is not learned: a host should be told its plane's bottleneck (the testbed writes
-#: ``testbed.topology.connection_plane_rate``); 10 Gbit/s is only the default.
-HOST_CONNECTION_DEFAULTS: dict[str, Any] = {
-    "evs_per_plane": 32,
-    "ack_every": 32,
-    "plane_rate": 1.25e9,
-    "initial_rtt": 1e-3,
-    "min_rto": 40e-3,
-    "idle_fail_timeout": 5.0,
-    "handshake_timeout": 2.0,
-    "congestion_params": {"burst_packets": 64, "target_delay": 2e-3},
-    # Runs of 8 packets per EV: one UDP GSO send each (docs/benchmarks.md,
-    # "CPU per gigabyte": what it costs in load balance, scenarios a-j).
-    "spray_run": 8,
-}
 UNREACHABLE = "peer unreachable or key mismatch"
 #: Messages and bytes a receive stream may hold unacknowledged (at least one
 #: message always goes): enough to keep a local client busy, and all of it
@@ -199,7 +174,7 @@ def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
         raise ConfigError(f"{src}: missing key 'key' (the cluster key file from 'braid keygen'; "
                           f"or insecure = true for plaintext)")
     sock = base / _want(src, "socket", data["socket"], str, "a path")
-    conn_raw = dict(HOST_CONNECTION_DEFAULTS)
+    conn_raw = profile_values("host")
     conn_raw.update(_want(src, "connection", data.get("connection", {}), dict, "a table"))
     names = {f.name for f in fields(ConnectionConfig)}
     bad = sorted(set(conn_raw) - names)
