@@ -83,7 +83,9 @@ def test_uec_spec_follows_the_four_quadrants() -> None:
     # ECN, delay below target: NOOP, however much of the traffic is marked.
     c = uec(initial_window=5000)
     _rounds(c, 0.0, 4, 1, 0.1e-3)
-    assert c.cwnd == 5000 and c.stats()["md"] == 0 and c.stats()["ecn_hold"] == 40
+    st = c.stats()
+    assert st["md"] == 0 and st["ecn_hold"] == 40
+    assert st["proportional_inc"] == 1  # the unmarked base RTT sample only
     # ECN, delay above target: MD by the filtered delay, once per base RTT.
     c = uec()
     _with_avg_delay(c, 0.8e-3)
