@@ -295,10 +295,7 @@ class Nscc(NsccDeviations):
         self._last_md = now
         self._counts["md"] += 1
 
-    def _increase(self, now: float, acked: int, inc: float) -> None:
-        if self.per_ack_increase:
-            self._cwnd = self._clamp(self._cwnd + inc)
-            return
+    def _gather_increase(self, now: float, acked: int, inc: float) -> None:
         # UEC: increases are gathered and applied every 8 MTU acked or once
         # per base RTT, so the window moves in steps the pacer can follow.
         self._inc_owed += inc
@@ -372,7 +369,8 @@ class Nscc(NsccDeviations):
         d = max(rtt - base, 0.0)
         if self.loss_as_mark:
             self._note_delay(now, d)  # deviation 1
-            self._mark_check_revoke(d)
+            if self._delay_is_mark and d > REVOKE_FACTOR * self._mark_level:
+                self._mark_revoke()
         if now < self._hold_until:
             self._update_pacer()
             return
@@ -428,7 +426,10 @@ class Nscc(NsccDeviations):
                     now - self._last_signal >= self.quiet_rtts * self._rtt_est():
                 inc = max(inc, self.probe_gain * acked)  # deviation 2
             self._counts["fair_inc"] += 1
-        self._increase(now, acked, inc)
+        if self.per_ack_increase:
+            self._cwnd = self._clamp(self._cwnd + inc)
+        else:
+            self._gather_increase(now, acked, inc)
         self._update_pacer()
 
     def on_plane_rtt(self, *, plane: int, rtt: float) -> None:

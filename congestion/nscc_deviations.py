@@ -111,14 +111,14 @@ class NsccDeviations:
             return 0.0
         return max((calm[i][1] for i in range(n) if not calm[i][2]), default=0.0)
 
-    def _mark_check_revoke(self, d: float) -> None:
-        if self._delay_is_mark and d > REVOKE_FACTOR * self._mark_level:
-            # Well above the delay of the drop that turned deviation 1 on,
-            # with no drop: no tail-drop buffer caps this delay (a busy host
-            # whose first loss came while its delay was still rising). Off
-            # until a loss comes with more delay than the path carries anyway.
-            self._delay_is_mark = False
-            self._counts["mark_revoked"] += 1
+    def _mark_revoke(self) -> None:
+        # A delay sample well above (REVOKE_FACTOR x) the delay of the drop
+        # that turned deviation 1 on, with no drop: no tail-drop buffer caps
+        # this delay (a busy host whose first loss came while its delay was
+        # still rising). Off until a loss comes with more delay than the path
+        # carries anyway.
+        self._delay_is_mark = False
+        self._counts["mark_revoked"] += 1
 
     def _mark_on_loss(self, lost_bytes: int) -> None:
         calm = self._calm
