@@ -7,6 +7,7 @@ controller the connection core drives with ``AckSample`` records.
 from congestion.base import AckSample, CongestionController, Pacer
 from congestion.fixed import FixedWindow
 from congestion.nscc import Nscc
+from congestion.nscc_params import NsccParams
 from congestion.registry import DEFAULT, get, names, register
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "CongestionController",
     "FixedWindow",
     "Nscc",
+    "NsccParams",
     "Pacer",
     "get",
     "names",

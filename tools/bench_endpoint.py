@@ -29,12 +29,9 @@ MAX_STEPS = 400_000
 
 
 def _config() -> Any:
-    from transport.config import ConnectionConfig
-    from transport.daemon import HOST_CONNECTION_DEFAULTS
+    from transport.config import profile
 
-    kw = dict(HOST_CONNECTION_DEFAULTS)
-    kw.update(planes=2, plane_rate=12.5e6, seed=1)
-    return ConnectionConfig(**kw)
+    return profile("host", planes=2, plane_rate=12.5e6, seed=1)
 
 
 def measure(idle: int) -> dict[str, Any]:

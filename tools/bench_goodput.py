@@ -71,10 +71,9 @@ IDLE_CONNS = 16
 
 
 def _braid_config(payload: int | None = None, spray_run: int | None = None) -> Any:
-    from transport.config import ConnectionConfig
-    from transport.daemon import HOST_CONNECTION_DEFAULTS
+    from transport.config import ConnectionConfig, profile_values
 
-    kw = dict(HOST_CONNECTION_DEFAULTS)
+    kw = profile_values("host")
     kw["planes"] = 1
     if payload:
         kw["payload_size"] = payload

@@ -93,3 +93,72 @@ class ConnectionConfig:
             raise ValueError("half_open_timeout must be > 0 and idle_timeout ≥ 0")
         if not 0 <= self.initial_psn <= 0xFFFFFFFF:
             raise ValueError("initial_psn must be 0..2**32-1")
+
+
+#: Named starting points for a ``ConnectionConfig``: each maps fields to the
+#: value they take instead of the dataclass default. ``profile(name, **kw)``
+#: builds one (``kw`` replaces whole fields, ``congestion_params`` included).
+#:
+#: ``fabric`` — the simulator's scenarios (``testbed.sim.scenarios.default_config``
+#: adds the fabric's own plane rate, base RTT and an RTO of 10 base RTTs):
+#:
+#: - ``evs_per_plane`` 16: enough EVs to spread over the simulated spines and
+#:   few enough to keep scenario state small; the dataclass keeps 32.
+#:
+#: ``host`` — a software host, what ``braid daemon`` runs (overridable in the
+#: TOML ``[connection]`` table) and what the host-like scenarios and benches
+#: copy. The RTT a Python endpoint sees is dominated by its own event loop
+#: (~0.1-3 ms), so:
+#:
+#: - ``congestion_params.target_delay`` 2 ms and ``min_rto`` 40 ms: measured with
+#:   ``braid bench goodput``, 5 ms / 0.5 ms gave spurious RTOs and a small
+#:   window; min_rto stays 40 ms because on the eBPF fabric the RTT a busy
+#:   Python daemon sees still spikes to 50-130 ms (docs/daemon.md).
+#: - ``congestion_params.burst_packets`` 64: pacing bursts must cover the
+#:   loop's 1 ms timer granularity.
+#: - ``ack_every`` 32: one SACK per 32 DATA packets, not 4: 16 halved the
+#:   per-packet Python work on both sides and doubled goodput, 32 took another
+#:   ~14% off the CPU per GB (docs/daemon.md); the 64-PSN SACK bitmap still
+#:   covers two SACKs' worth.
+#: - ``initial_rtt`` 1 ms: only NSCC's first guess; it learns the base RTT from
+#:   samples (the namespace testbed's ~0.05 ms through eBPF ports and ~1-10 ms
+#:   through userspace ones both work).
+#: - ``plane_rate`` 10 Gbit/s: not learned; a host should be told its plane's
+#:   bottleneck (the testbed writes ``testbed.topology.connection_plane_rate``),
+#:   10 Gbit/s is only the default.
+#: - ``evs_per_plane`` 32, ``idle_fail_timeout`` 5 s, ``handshake_timeout`` 2 s:
+#:   a busy host may stall for a second without the connection failing.
+#: - ``spray_run`` 8: runs of 8 packets per EV, one UDP GSO send each
+#:   (docs/benchmarks.md, "CPU per gigabyte": what it costs in load balance,
+#:   scenarios a-j).
+PROFILES: dict[str, dict[str, Any]] = {
+    "fabric": {
+        "evs_per_plane": 16,
+    },
+    "host": {
+        "evs_per_plane": 32,
+        "ack_every": 32,
+        "plane_rate": 1.25e9,
+        "initial_rtt": 1e-3,
+        "min_rto": 40e-3,
+        "idle_fail_timeout": 5.0,
+        "handshake_timeout": 2.0,
+        "congestion_params": {"burst_packets": 64, "target_delay": 2e-3},
+        "spray_run": 8,
+    },
+}
+
+
+def profile_values(name: str) -> dict[str, Any]:
+    """A fresh copy of profile ``name``'s field values (dicts copied too)."""
+    try:
+        values = PROFILES[name]
+    except KeyError:
+        raise KeyError(f"unknown connection profile {name!r}; known: "
+                       f"{', '.join(sorted(PROFILES))}") from None
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
+
+
+def profile(name: str, **overrides: Any) -> ConnectionConfig:
+    """``ConnectionConfig`` of profile ``name`` with ``overrides`` on top."""
+    return ConnectionConfig(**{**profile_values(name), **overrides})

@@ -110,12 +110,9 @@ class Connection:
             seed=c.seed, base_rtt=c.initial_rtt, spray_run=c.spray_run,
             **{"late_floor": c.min_rto / 4, **c.path_params},
         )
-        cc_params = {
-            "mtu": c.payload_size, "base_rtt": c.initial_rtt,
-            "line_rate": c.plane_rate * c.planes,
-        } if c.congestion == "nscc" else {}
-        cc_params.update(c.congestion_params)
-        self.cc = cc_registry.get(c.congestion, **cc_params)
+        self.cc = cc_registry.for_connection(
+            c.congestion, mtu=c.payload_size, base_rtt=c.initial_rtt,
+            line_rate=c.plane_rate * c.planes, params=c.congestion_params)
         #: The endpoint's sending connections, which share its maxwnd (None: alone).
         self.host_share: HostShare | None = None
         self.sender = Sender(

@@ -16,7 +16,7 @@ from typing import Any
 
 from testbed.sim.driver import Simulator
 from testbed.sim.fabric import Fabric, FabricSpec, LinkSpec
-from transport.config import ConnectionConfig
+from transport.config import ConnectionConfig, profile_values
 from transport.connection import Connection
 from transport.datagram import RxInfo, TxPath
 from transport.events import (
@@ -146,10 +146,11 @@ def default_config(fabric: Fabric, **kw: Any) -> ConnectionConfig:
     a, b = fabric.hosts[0], fabric.hosts[1]
     rtt = fabric.base_rtt(a, b, size=1500, ack_size=120)
     rate = fabric.link("uplink", a, 0).rate
-    base: dict[str, Any] = {
-        "planes": fabric.planes, "evs_per_plane": 16, "initial_rtt": rtt,
+    base: dict[str, Any] = profile_values("fabric")
+    base.update({
+        "planes": fabric.planes, "initial_rtt": rtt,
         "plane_rate": rate, "min_rto": max(10 * rtt, 100e-6),
-    }
+    })
     base.update(CONFIG_OVERRIDES)
     base.update(kw)
     return ConnectionConfig(**base)

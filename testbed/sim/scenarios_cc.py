@@ -10,7 +10,7 @@ software-host fabric, each with a one-message-at-a-time and a pipelined client.
   application and call it the network.
 
 The connection is configured as the daemon configures it on a host
-(``transport.daemon.HOST_CONNECTION_DEFAULTS``: 2 ms delay target, 1 ms RTT
+(``transport.config.PROFILES["host"]``: 2 ms delay target, 1 ms RTT
 guess, 40 ms minimum RTO), with the plane rate the testbed hands it.
 Shared by tests/unit/test_scenarios.py and ``braid bench sim``.
 """
@@ -35,7 +35,7 @@ from testbed.sim.scenarios import (
     make_fabric,
     payload_fraction,
 )
-from transport.daemon import HOST_CONNECTION_DEFAULTS
+from transport.config import profile_values
 from transport.events import Event, MessageAcked, MessageDelivered
 
 Client = Literal["serial", "pipelined", "paced"]
@@ -68,8 +68,7 @@ def testbed_fabric(*, planes: int = 2, rate: float = PLANE_RATE, delay: float = 
 
 def host_config(fab: Fabric, *, plane_rate: float, seed: int = 1, **kw: Any) -> Any:
     """The daemon's connection config on this fabric, ``plane_rate`` as handed over."""
-    base = {k: v for k, v in HOST_CONNECTION_DEFAULTS.items() if k != "congestion_params"}
-    base["congestion_params"] = dict(HOST_CONNECTION_DEFAULTS["congestion_params"])
+    base = profile_values("host")
     base.update({"plane_rate": plane_rate, "seed": seed})
     base.update(kw)
     return default_config(fab, **base)

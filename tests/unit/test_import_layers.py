@@ -129,3 +129,17 @@ def test_testbed_does_not_import_tools() -> None:
 
 def test_the_checker_sees_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+#: ``transport.daemon`` and its parts, lowest first: each imports only parts
+#: before it (the configuration and the logs know nothing of peers or of the
+#: control socket; ``transport.daemon`` ties them together).
+DAEMON_PARTS = ("transport.daemon_config", "transport.daemon_log", "transport.daemon_peers",
+                "transport.daemon_control", "transport.daemon")
+
+
+def test_the_daemon_parts_import_only_downwards() -> None:
+    graph = _graph()
+    bad = sorted(f"{m} -> {d}" for i, m in enumerate(DAEMON_PARTS)
+                 for d in graph[m] & set(DAEMON_PARTS[i + 1:]))
+    assert bad == []

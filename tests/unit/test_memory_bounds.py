@@ -24,7 +24,7 @@ from transport.path_health import _MAX_OUTSTANDING_PROBES
 HALF_OPEN_MAX = 64 << 10  # bytes per half-open responder (one INIT), 4 planes x 32 EVs
 PARTIAL_OVERHEAD_MAX = 600  # bookkeeping bytes per incomplete message (one slice held)
 INFLIGHT_PER_PACKET_MAX = 600  # bytes of sender bookkeeping per packet in flight
-#: The daemon's shape (HOST_CONNECTION_DEFAULTS: 32 EVs per plane), 4 planes.
+#: The daemon's shape (the "host" connection profile: 32 EVs per plane), 4 planes.
 DAEMON_SHAPE = replace(CFG, planes=4, evs_per_plane=32)
 
 

@@ -115,8 +115,7 @@ def parse_connection(items: list[str], planes: int = 2) -> dict[str, Any]:
     import dataclasses
     import tomllib
 
-    from transport.config import ConnectionConfig
-    from transport.daemon import HOST_CONNECTION_DEFAULTS
+    from transport.config import ConnectionConfig, profile_values
 
     names = {f.name for f in dataclasses.fields(ConnectionConfig)}
     out: dict[str, Any] = {}
@@ -138,7 +137,7 @@ def parse_connection(items: list[str], planes: int = 2) -> dict[str, Any]:
                             f"or a string")
         out[key] = value
     try:
-        ConnectionConfig(**{**HOST_CONNECTION_DEFAULTS, "planes": planes, **out})
+        ConnectionConfig(**{**profile_values("host"), "planes": planes, **out})
     except (TypeError, ValueError) as exc:
         raise UserError(f"--connection: {exc}") from None
     return out

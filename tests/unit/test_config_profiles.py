@@ -1,0 +1,60 @@
+"""Named connection profiles (transport/config.py): what the daemon and the
+simulator start from, and nothing imports the daemon for them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.sim import scenarios_cc as cc
+from testbed.sim.scenarios import default_config, make_fabric
+from transport.config import PROFILES, ConnectionConfig, profile, profile_values
+from transport.daemon import ConfigError, parse_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_profiles_are_configs_with_their_values() -> None:
+    host = profile("host")
+    assert isinstance(host, ConnectionConfig)
+    assert (host.ack_every, host.min_rto, host.spray_run) == (32, 40e-3, 8)
+    assert host.congestion_params == {"burst_packets": 64, "target_delay": 2e-3}
+    assert profile("fabric").evs_per_plane == 16
+    assert profile("host", ack_every=4, planes=2).ack_every == 4
+    with pytest.raises(KeyError, match="host"):
+        profile("no-such-profile")
+    with pytest.raises(TypeError):
+        profile("host", no_such_field=1)
+
+
+def test_profile_values_are_copies() -> None:
+    values = profile_values("host")
+    values["congestion_params"]["target_delay"] = 1.0
+    assert PROFILES["host"]["congestion_params"]["target_delay"] == 2e-3
+    assert profile("host").congestion_params["target_delay"] == 2e-3
+
+
+def test_the_daemon_starts_from_the_host_profile_and_checks_its_keys(tmp_path: Path) -> None:
+    base = {"name": "h", "planes": ["127.0.0.1"], "socket": "s", "insecure": True}
+    cfg = parse_config(base, "t.toml", tmp_path)
+    assert cfg.connection == profile("host", planes=1)
+    cfg = parse_config({**base, "connection": {"ack_every": 4}}, "t.toml", tmp_path)
+    assert cfg.connection == profile("host", planes=1, ack_every=4)
+    with pytest.raises(ConfigError, match=r"connection\.no_such_key"):
+        parse_config({**base, "connection": {"no_such_key": 1}}, "t.toml", tmp_path)
+
+
+def test_the_simulator_uses_the_profiles() -> None:
+    fab = make_fabric(planes=2, spines=2)
+    assert default_config(fab).evs_per_plane == PROFILES["fabric"]["evs_per_plane"]
+    cfg = cc.host_config(cc.testbed_fabric(), plane_rate=cc.PLANE_RATE)
+    assert (cfg.ack_every, cfg.min_rto, cfg.congestion_params) == \
+        (32, 40e-3, {"burst_packets": 64, "target_delay": 2e-3})
+
+
+def test_nothing_imports_the_daemon_for_a_default() -> None:
+    users = [p for d in ("transport", "tools", "testbed", "tests")
+             for p in (REPO / d).rglob("*.py")
+             if "HOST_CONNECTION_DEFAULTS" in p.read_text() and p.name != Path(__file__).name]
+    assert users == []

@@ -1,0 +1,184 @@
+"""``braid daemon``'s configuration: the TOML file (``load_config``), its
+checks (errors name the file, the key and, for syntax errors, the line) and
+the cluster key (``load_secret``). ``[connection]`` starts from the ``host``
+connection profile (``transport.config.PROFILES``); its keys are the fields
+of ``ConnectionConfig``.
+"""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from transport.config import ConnectionConfig, profile_values
+from transport.udp import PlaneAddr, parse_addr, path_mtu, payload_for_mtu
+from wire.constants import UDP_PORT
+from wire.keys import KeyFileError, load_key_file
+
+#: Largest MTU the automatic payload follows (loopback's 64 KiB is no fabric).
+MAX_AUTO_MTU = 9000
+
+
+def auto_payload(planes: list[PlaneAddr], peers: dict[str, list[PlaneAddr]]) -> int | None:
+    """The DATA payload that fits every plane's path MTU to every configured
+    peer, up to a 9000-byte MTU (the testbed's default links: 8888 over IPv4,
+    8868 over IPv6; loopback counts as 9000); None without peers or
+    routes (the configured default, sized for 1500, stays). Only the first
+    hop's MTU is known before traffic flows: give links of one plane one MTU."""
+    sizes = [payload_for_mtu(min(mtu, MAX_AUTO_MTU), v6=local.family == socket.AF_INET6)
+             for addrs in peers.values() for local, remote in zip(planes, addrs, strict=False)
+             if (mtu := path_mtu(local, remote)) is not None]
+    if not sizes:
+        return None
+    return max(64, min(sizes))
+
+
+class ConfigError(ValueError):
+    """A daemon configuration the user must fix (message names file and key)."""
+
+
+class DaemonError(RuntimeError):
+    """The daemon cannot start (port in use, socket path taken, ...)."""
+
+
+@dataclass
+class DaemonConfig:
+    name: str
+    planes: list[PlaneAddr]
+    peers: dict[str, list[PlaneAddr]]
+    socket_path: Path
+    key_file: Path | None
+    connection: ConnectionConfig
+    pool: int = 16
+    rcvbuf: int = 32 << 20
+    sndbuf: int = 8 << 20
+    drain_timeout: float = 10.0
+    send_window: int = 64 << 20
+    recv_buffer: int = 512 << 20
+    source: str = "<config>"
+    #: Append per-connection traffic keys here (``wire.keylog``), mode 0600.
+    keylog: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: No payload_size configured: size DATA to the path MTU towards the
+    #: configured peers (jumbo links give jumbo payloads), see ``auto_payload``.
+    payload_auto: bool = False
+    #: Measure how long datagrams wait in the plane sockets' queues before the
+    #: daemon reads them (kernel receive timestamps; transport/queue_wait.py).
+    queue_wait: bool = False
+
+
+def _want(src: str, key: str, value: object, kind: type | tuple[type, ...], what: str) -> Any:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ConfigError(f"{src}: key '{key}': expected {what}, got {value!r}")
+    return value
+
+
+def _addrs(src: str, key: str, value: object, port: int) -> list[PlaneAddr]:
+    items = _want(src, key, value, list, "a list of addresses, one per plane")
+    if not items:
+        raise ConfigError(f"{src}: key '{key}': needs at least one plane address")
+    out = []
+    for i, item in enumerate(items):
+        _want(src, f"{key}[{i}]", item, str, "an address string like '10.0.0.1' or '10.0.0.1:4747'")
+        try:
+            out.append(parse_addr(item, port))
+        except ValueError as exc:
+            raise ConfigError(f"{src}: key '{key}[{i}]': {exc}") from None
+    return out
+
+
+_TOP_KEYS = {"name", "port", "key", "socket", "planes", "peers", "connection", "pool", "rcvbuf",
+             "sndbuf", "drain_timeout", "send_window", "recv_buffer", "insecure", "keylog",
+             "queue_wait"}
+
+
+def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        known = ", ".join(sorted(_TOP_KEYS))
+        raise ConfigError(f"{src}: unknown key '{unknown[0]}' (known: {known})")
+    for k in ("name", "planes", "socket"):
+        if k not in data:
+            raise ConfigError(f"{src}: missing key '{k}'")
+    name = _want(src, "name", data["name"], str, "a string")
+    port = _want(src, "port", data.get("port", UDP_PORT), int, "an integer")
+    if not 0 < port < 65536:
+        raise ConfigError(f"{src}: key 'port': {port} is not a UDP port")
+    planes = _addrs(src, "planes", data["planes"], port)
+    peers_raw = _want(src, "peers", data.get("peers", {}), dict, "a table of peers")
+    peers: dict[str, list[PlaneAddr]] = {}
+    for pname, pdata in peers_raw.items():
+        _want(src, f"peers.{pname}", pdata, dict, "a table with 'planes'")
+        if "planes" not in pdata:
+            raise ConfigError(f"{src}: missing key 'peers.{pname}.planes'")
+        extra = sorted(set(pdata) - {"planes"})
+        if extra:
+            raise ConfigError(f"{src}: unknown key 'peers.{pname}.{extra[0]}'")
+        addrs = _addrs(src, f"peers.{pname}.planes", pdata["planes"], port)
+        if len(addrs) != len(planes):
+            raise ConfigError(f"{src}: key 'peers.{pname}.planes': {len(addrs)} addresses, "
+                              f"but this host has {len(planes)} planes")
+        peers[pname] = addrs
+    insecure = _want(src, "insecure", data.get("insecure", False), bool, "true or false")
+    key_file: Path | None = None
+    if "key" in data:
+        key_file = base / _want(src, "key", data["key"], str, "a file name")
+    elif not insecure:
+        raise ConfigError(f"{src}: missing key 'key' (the cluster key file from 'braid keygen'; "
+                          f"or insecure = true for plaintext)")
+    sock = base / _want(src, "socket", data["socket"], str, "a path")
+    conn_raw = profile_values("host")
+    conn_raw.update(_want(src, "connection", data.get("connection", {}), dict, "a table"))
+    names = {f.name for f in fields(ConnectionConfig)}
+    bad = sorted(set(conn_raw) - names)
+    if bad:
+        raise ConfigError(f"{src}: unknown key 'connection.{bad[0]}'")
+    if conn_raw.setdefault("planes", len(planes)) != len(planes):
+        raise ConfigError(f"{src}: key 'connection.planes' disagrees with the {len(planes)} "
+                          f"plane addresses")
+    try:
+        conn_cfg = ConnectionConfig(**conn_raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{src}: table 'connection': {exc}") from None
+    cfg = DaemonConfig(name=name, planes=planes, peers=peers, socket_path=sock,
+                       key_file=key_file, connection=conn_cfg, source=src,
+                       payload_auto="payload_size" not in data.get("connection", {}))
+    for k in ("pool", "rcvbuf", "sndbuf", "send_window", "recv_buffer"):
+        if k in data:
+            v = _want(src, k, data[k], int, "an integer")
+            if v < (0 if k == "pool" else 1):
+                raise ConfigError(f"{src}: key '{k}': must be positive")
+            setattr(cfg, k, v)
+    cfg.queue_wait = _want(src, "queue_wait", data.get("queue_wait", False), bool,
+                           "true or false")
+    if "keylog" in data:
+        cfg.keylog = base / _want(src, "keylog", data["keylog"], str, "a file name")
+    if "drain_timeout" in data:
+        cfg.drain_timeout = float(_want(src, "drain_timeout", data["drain_timeout"],
+                                        (int, float), "seconds"))
+    return cfg
+
+
+def load_config(path: str | Path) -> DaemonConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML: {exc}") from None  # names line and column
+    return parse_config(data, str(p), p.resolve().parent)
+
+
+def load_secret(cfg: DaemonConfig) -> bytes | None:
+    if cfg.key_file is None:
+        return None
+    try:
+        return load_key_file(cfg.key_file, owner_only=True)
+    except KeyFileError as exc:
+        raise ConfigError(f"{cfg.source}: key 'key': {exc}") from None
