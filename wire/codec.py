@@ -129,13 +129,16 @@ def _check_body(body: Body) -> None:
         raise WireError("field", f"unknown NACK reason {body.reason}")
 
 
+_Bytes = bytes | bytearray | memoryview
+
+
 class _Aead(Protocol):
     """What the codec needs of an AEAD under one key: cryptography's ``AESGCM``
     (the reference) or ``wire._fastwire.AESGCM`` (keyed OpenSSL contexts)."""
 
-    def encrypt(self, nonce: bytes, data: bytes, associated_data: bytes | None) -> bytes: ...
+    def encrypt(self, nonce: bytes, data: _Bytes, associated_data: _Bytes | None) -> bytes: ...
 
-    def decrypt(self, nonce: bytes, data: bytes, associated_data: bytes | None) -> bytes: ...
+    def decrypt(self, nonce: bytes, data: _Bytes, associated_data: _Bytes | None) -> bytes: ...
 
 
 class _Window(Protocol):
@@ -200,7 +203,7 @@ class _SealerGeneric:
         c = self.counter
         if c > COUNTER_MAX:
             raise OverflowError("packet counter exhausted: the connection must be re-keyed")
-        self.counter = c + 1
+        self.counter = c + 1  # type: ignore[misc]  # a slot of each concrete sealer
         return c
 
     def seal(self, body: Body, payload: bytes = b"", flags: int = 0) -> bytes:
@@ -514,10 +517,10 @@ def c_classes() -> tuple[type[Any], type[Any], type[Any]] | None:
     except ImportError:
         return None
 
-    class Sealer(_fastwire.SealerCore, _SealerGeneric):  # type: ignore[misc]
+    class Sealer(_fastwire.SealerCore, _SealerGeneric):  # type: ignore[override]
         __slots__ = ()
 
-    class Opener(_fastwire.OpenerCore, _OpenerGeneric):  # type: ignore[misc]
+    class Opener(_fastwire.OpenerCore, _OpenerGeneric):  # type: ignore[override,misc]
         __slots__ = ()
 
     for cls in (Sealer, Opener):
