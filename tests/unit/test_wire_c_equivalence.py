@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wire import Close, Data, Nack, Probe, Sack, WireError, derive_connection_keys, trim_point
+from wire import Close, Nack, Probe, Sack, WireError, derive_connection_keys, trim_point
 from wire.codec import PyOpener, PyReplayWindow, PySealer, c_classes
 from wire.constants import COUNTER_MAX
 
