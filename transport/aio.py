@@ -16,9 +16,7 @@ DSCP) — a run, which the core produces when ``spray_run`` > 1 — go out in
 one ``sendmsg`` with UDP GSO; the listening socket has UDP GRO on, so such a
 batch that reaches it unsplit is read in one ``recvmsg`` and cut here. With
 ``spray_run`` = 1 no two consecutive datagrams share an EV and every send is
-one datagram, as before. With the compiled wire codec in use the drain reads
-by ``wire._fastwire.drain`` (recvmmsg, ancillary data parsed in C: several
-times cheaper per read, docs/benchmarks.md); the outcome is the same.
+one datagram, as before.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from transport.connection import Connection
 from transport.datagram import RxInfo, TxPath
@@ -48,12 +46,7 @@ from transport.udp import (
     PlaneSockets,
     errno_name,
 )
-from wire import codec as _codec
 from wire.constants import ECN_CE, Dscp
-
-_c_drain: Callable[[int, bytearray, int], list[tuple[int, int, int, Any, int]]] | None = None
-if _codec.IMPLEMENTATION == "c":
-    from wire._fastwire import drain as _c_drain
 
 #: Datagrams read per readiness callback before the connections are serviced
 #: (bounds the latency of the ACKs the reads produce).
@@ -61,9 +54,6 @@ RX_BUDGET = 256
 #: datagrams_to_send() rounds per service pass before yielding to the loop.
 TX_ROUNDS = 4
 _MAX_DGRAM = 65536
-#: Reads per ``wire._fastwire.drain`` (recvmmsg) call, each in its own slot of
-#: ``_MAX_DGRAM`` bytes (a GRO batch fills up to 64 KiB).
-RX_SLOTS = 16
 _DATA_DSCP = int(Dscp.DATA)
 _INT = struct.Struct("i")
 _TIMESPEC = struct.Struct("qq")
@@ -117,8 +107,7 @@ class EndpointIO:
     def __init__(self, endpoint: Endpoint, planes: Sequence[PlaneAddr], peers: PeerTable, *,
                  on_event: EventHandler | None = None, pool: int = 16,
                  rcvbuf: int = 32 << 20, sndbuf: int = 8 << 20, batch: bool = True,
-                 timerfd: bool = True, queue_wait: bool = False,
-                 rx_batch: bool = True) -> None:
+                 timerfd: bool = True, queue_wait: bool = False) -> None:
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint
@@ -140,9 +129,6 @@ class EndpointIO:
         self._kick: asyncio.Handle | None = None
         self._buf = bytearray(_MAX_DGRAM)
         self._view = memoryview(self._buf)
-        #: recvmmsg slots (``_drain_batch``); None: one ``recvmsg_into`` per read.
-        self._slots = (bytearray(RX_SLOTS * _MAX_DGRAM)
-                       if rx_batch and _c_drain is not None else None)
         self._rx_info: dict[tuple[int, int], RxInfo] = {}
         self.rx_datagrams = 0
         self.tx_datagrams = 0
@@ -238,20 +224,21 @@ class EndpointIO:
         self.service()
 
     def _drain(self, ps: PlaneSockets) -> None:
-        if self._slots is not None:
-            self._drain_batch(ps, self._slots)
-            return
         sock = ps.listen
         view = self._view
         bufs = [self._buf]
-        receive_many = self.endpoint.receive_datagrams
-        by_source = self.peers.by_source
+        ep = self.endpoint
+        receive_many = ep.receive_datagrams
+        peers = self.peers
+        by_source = peers.by_source
         infos = self._rx_info
         plane = ps.index
         tap = self.tap
         qw = self.queue_wait
         now = time.monotonic()
-        n_rx = n_bytes = calls = 0
+        n_rx = 0
+        n_bytes = 0
+        calls = 0
         last_v = -1
         last_host = ""
         rx = RxInfo(plane)  # replaced at the first datagram (last_v = -1)
@@ -302,94 +289,25 @@ class EndpointIO:
                     n_rx += 1
                     receive_many((view[:n],), rx, now, peer)
                 continue
-            got, peer = self._deliver_copies(view[:n], seg, rx, now, peer, plane, host)
-            n_rx += got
-        self.rx_datagrams += n_rx
-        self.rx_bytes += n_bytes
-
-    def _deliver_copies(self, whole: memoryview, seg: int, rx: RxInfo, now: float,
-                        peer: PeerKey, plane: int, host: str) -> tuple[int, PeerKey]:
-        """One read (a GRO batch cut in ``seg``-byte datagrams) as copies, for the
-        tap or a source not known yet; returns (datagrams, the source's peer)."""
-        n = len(whole)
-        ep = self.endpoint
-        tap = self.tap
-        if 0 < seg < n:
-            chunks: Iterable[bytes] = [bytes(whole[off:off + seg]) for off in range(0, n, seg)]
-        else:
-            chunks = (bytes(whole),)
-        got = 0
-        for data in chunks:
-            if tap is not None:
-                tap.on_rx(now, data, rx)
-            got += 1
-            if peer is not None:
-                ep.receive_datagram(data, rx, now, peer)
-                continue
-            # An unknown source: remembered only once it has a connection
-            # (it authenticated), never for a mere datagram.
-            conn = ep.receive_datagram(data, rx, now, host)
-            if conn is not None and conn.local_cid in ep.connections and \
-                    ep.peer_of(conn) == host:
-                self.peers.learn(plane, host)
-                peer = self.peers.by_source.get((plane, host))
-        return got, peer
-
-    def _drain_batch(self, ps: PlaneSockets, slots: bytearray) -> None:
-        """``_drain`` on ``wire._fastwire.drain``: up to ``RX_SLOTS`` reads per
-        system call (read i in slot i), same bounds, same outcome."""
-        assert _c_drain is not None
-        fd = ps.listen.fileno()
-        view = memoryview(slots)
-        receive_many = self.endpoint.receive_datagrams
-        by_source = self.peers.by_source
-        infos = self._rx_info
-        plane = ps.index
-        tap = self.tap
-        qw = self.queue_wait
-        now = time.monotonic()
-        n_rx = n_bytes = reads = 0
-        last_v = -1
-        last_host = ""
-        rx = RxInfo(plane)  # replaced at the first datagram (last_v = -1)
-        peer: PeerKey = None
-        while n_rx < RX_BUDGET and reads < RX_BUDGET:
-            try:
-                rows = _c_drain(fd, slots, _MAX_DGRAM)
-            except OSError as exc:  # e.g. an ICMP error queued on the socket
-                self._count_tx_error(exc)
-                break
-            reads += len(rows)
-            base = 0
-            for n, seg, v, addr, stamp in rows:
-                if stamp and qw is not None:
-                    qw.add(time.time() - stamp * 1e-9)
-                if v != last_v:
-                    known = infos.get((plane, v))
-                    if known is None:
-                        known = infos[(plane, v)] = RxInfo(plane, (v & 3) == ECN_CE, v >> 2)
-                    rx = known
-                    last_v = v
-                host = addr[0]
-                if host != last_host:
-                    peer = by_source.get((plane, host))
-                    last_host = host
-                n_bytes += n
-                whole = view[base:base + n]
-                base += _MAX_DGRAM
-                if peer is not None and tap is None:
-                    if 0 < seg < n:
-                        views = [whole[off:off + seg] for off in range(0, n, seg)]
-                        n_rx += len(views)
-                        receive_many(views, rx, now, peer)
-                    else:
-                        n_rx += 1
-                        receive_many((whole,), rx, now, peer)
+            if 0 < seg < n:
+                chunks: Iterable[bytes] = [bytes(view[off:min(off + seg, n)])
+                                           for off in range(0, n, seg)]
+            else:
+                chunks = (bytes(view[:n]),)
+            for data in chunks:
+                if tap is not None:
+                    tap.on_rx(now, data, rx)
+                n_rx += 1
+                if peer is not None:
+                    ep.receive_datagram(data, rx, now, peer)
                     continue
-                got, peer = self._deliver_copies(whole, seg, rx, now, peer, plane, host)
-                n_rx += got
-            if len(rows) < RX_SLOTS:
-                break  # the queue is empty
+                # An unknown source: remembered only once it has a connection
+                # (it authenticated), never for a mere datagram.
+                conn = ep.receive_datagram(data, rx, now, host)
+                if conn is not None and conn.local_cid in ep.connections and \
+                        ep.peer_of(conn) == host:
+                    peers.learn(plane, host)
+                    peer = by_source.get((plane, host))
         self.rx_datagrams += n_rx
         self.rx_bytes += n_bytes
 
