@@ -977,9 +977,10 @@ static PyObject *open_one(OpenerObject *self, const uint8_t *d, Py_ssize_t len, 
     PyObject *payload = NULL;
     uint8_t *pt = NULL;
     Py_ssize_t room = len > DATA_CUT ? len - DATA_CUT : 0;
-    /* The plaintext is written straight into the bytes object returned. */
-    if (room > 0 && len >= DATA_CUT && d[0] == VERSION && d[1] == T_DATA) {
-        payload = PyBytes_FromStringAndSize(NULL, room);
+    /* The plaintext is written straight into the bytes object returned, sized
+     * by the header (a length that does not fit is refused by open_core). */
+    if (room > 0 && d[0] == VERSION && d[1] == T_DATA && get16(d + 26) <= room) {
+        payload = PyBytes_FromStringAndSize(NULL, get16(d + 26));
         if (payload == NULL) return NULL;
         pt = (uint8_t *)PyBytes_AS_STRING(payload);
     }
@@ -1004,9 +1005,6 @@ static PyObject *open_one(OpenerObject *self, const uint8_t *d, Py_ssize_t len, 
         Py_CLEAR(payload);
     } else if (payload == NULL) {
         payload = PyBytes_FromStringAndSize(NULL, 0);
-        if (payload == NULL) return NULL;
-    } else if ((Py_ssize_t)info.plen != room) {
-        _PyBytes_Resize(&payload, info.plen); /* drop the payload tag's room */
         if (payload == NULL) return NULL;
     }
     PyObject *fields = fields_tuple(d);
