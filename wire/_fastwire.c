@@ -487,6 +487,7 @@ typedef struct {
     long long dcid;
     long long epoch;
     int plaintext;
+    int ready;       /* __init__ ran: the mode and keys are set */
     AeadObject *hdr; /* NULL in plaintext mode */
     AeadObject *pay;
 } SealerObject;
@@ -513,6 +514,7 @@ static int Sealer_init(SealerObject *self, PyObject *args, PyObject *kw) {
     Py_XSETREF(self->hdr, (AeadObject *)h);
     Py_XSETREF(self->pay, (AeadObject *)p);
     self->plaintext = h == NULL;
+    self->ready = 1;
     return 0;
 }
 
@@ -524,6 +526,10 @@ static void Sealer_dealloc(SealerObject *self) {
 
 /* Takes the next counter (the reference consumes it before packing). */
 static int next_counter(SealerObject *self, uint64_t *ec) {
+    if (!self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "sealer not initialised");
+        return -1;
+    }
     long long c = self->counter;
     if (c < 0 || (unsigned long long)c > COUNTER_MAX) {
         PyErr_SetString(PyExc_OverflowError,
@@ -721,6 +727,10 @@ static PyObject *Sealer_seal_data_run(SealerObject *self, PyObject *const *args,
     PyObject *out = NULL;
     if (end < f.msg_offset) {
         PyErr_SetString(StructError, "msg_offset + payload beyond 64 bits");
+        goto done;
+    }
+    if (!self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "sealer not initialised");
         goto done;
     }
     if (self->counter < 0 || (unsigned long long)self->counter + (unsigned long long)n - 1 >
@@ -1023,7 +1033,16 @@ static PyObject *open_one(OpenerObject *self, const uint8_t *d, Py_ssize_t len, 
     return r;
 }
 
+static int opener_ready(OpenerObject *self) {
+    if (self->replay == NULL) { /* set by __init__ with the mode and keys */
+        PyErr_SetString(PyExc_RuntimeError, "opener not initialised");
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *Opener_open_data_untrusted(OpenerObject *self, PyObject *data) {
+    if (!opener_ready(self)) return NULL;
     Py_buffer b;
     if (PyObject_GetBuffer(data, &b, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *r = open_one(self, b.buf, b.len, NULL);
@@ -1038,6 +1057,7 @@ static PyObject *Opener_open_data_untrusted(OpenerObject *self, PyObject *data) 
 static PyObject *Opener_open_data_many(OpenerObject *self, PyObject *args) {
     Py_buffer b;
     Py_ssize_t seg, nbytes = -1;
+    if (!opener_ready(self)) return NULL;
     if (!PyArg_ParseTuple(args, "y*n|n", &b, &seg, &nbytes)) return NULL;
     if (nbytes < 0 || nbytes > b.len) nbytes = b.len;
     if (seg <= 0 || seg > nbytes) seg = nbytes;
@@ -1397,7 +1417,8 @@ static PyObject *fw_bench_fast(PyObject *mod, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!Ly*", &SealerType, &s, &OpenerType, &o, &n, &pb))
         return NULL;
     PyObject *out = NULL;
-    if (pb.len > MAX_PAYLOAD || n < 1 || s->plaintext != o->plaintext || check_dcid(s) < 0 ||
+    if (!s->ready || !opener_ready(o) || pb.len > MAX_PAYLOAD || n < 1 ||
+        s->plaintext != o->plaintext || check_dcid(s) < 0 ||
         check_epoch(s) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "n >= 1, payload <= 65535, matching modes");

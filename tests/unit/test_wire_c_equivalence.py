@@ -338,3 +338,20 @@ def test_send_gso_and_drain_on_loopback(family: socket.AddressFamily, host: str)
             assert seg == 0 and tos == 0x2A and addr[:2] == src[:2] and ts > 0
             assert nbytes in (300, 120)
         assert _fastwire.drain(rx.fileno(), buf, 2048) == []
+
+
+def test_uninitialised_objects_refuse_to_work() -> None:
+    """``__new__`` without ``__init__`` has no keys and no mode: refused, never
+    sealed or opened as if it were plaintext."""
+    from wire import _fastwire
+
+    s = _fastwire.SealerCore.__new__(_fastwire.SealerCore)
+    o = _fastwire.OpenerCore.__new__(_fastwire.OpenerCore)
+    with pytest.raises(RuntimeError):
+        s.seal_data(1, 2, 3, 4, 0, 1, 5, b"x")
+    with pytest.raises(RuntimeError):
+        s.seal_data_run(1, 2, 3, 4, 0, 1, 5, b"x", 1)
+    with pytest.raises(RuntimeError):
+        o.open_data_untrusted(bytes(100))
+    with pytest.raises(RuntimeError):
+        o.open_data_many(bytes(100), 50)
