@@ -12,6 +12,14 @@ Layout: header (common + body) | header tag | payload ciphertext | payload tag.
 - payload = AES-GCM(payload key, nonce, payload, aad=header+header tag):
   an untrimmed packet is fully authenticated by this one check.
 - nonce = 0x00000000 | epoch (16 bits) | counter (48 bits), unique per key.
+
+Two implementations, one API: the classes here prefixed ``Py`` are the
+reference; ``wire/_fastwire.c`` is their compiled twin for DATA packets and
+the replay window (OpenSSL EVP). ``Sealer``, ``Opener`` and
+``ReplayWindow`` name the compiled ones when the extension is built and
+``BRAID_PURE`` is unset, else the reference (``IMPLEMENTATION`` says which,
+chosen once at import). Both give the same bytes and the same decisions
+(tests/unit/test_wire_c_equivalence.py).
 """
 
 from __future__ import annotations
@@ -368,7 +376,6 @@ class _OpenerGeneric:
         _check_body(body)
         replay.commit(counter)
         return Packet(h, body, payload, trimmed)
-
 
 
 class PyOpener(_OpenerGeneric):
