@@ -35,6 +35,29 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${uniq[@]}" >/dev/null
 fi
 
+# The compiled wire fast path (wire/_fastwire.c, optional: without it Braid
+# runs on the pure-Python codec) needs a C compiler, the headers of the Python
+# that builds it (pyenv's and python.org's ship their own; Debian's come with
+# python3-dev) and OpenSSL's (libssl-dev).
+py_for_headers="$VENV/bin/python"
+[ -x "$py_for_headers" ] || py_for_headers=python3
+build=()
+command -v gcc >/dev/null 2>&1 || build+=(gcc)
+inc=$("$py_for_headers" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null || true)
+[ -n "$inc" ] && [ -f "$inc/Python.h" ] || build+=(python3-dev)
+[ -f /usr/include/openssl/evp.h ] || build+=(libssl-dev)
+if ((${#build[@]})); then
+  if [ "$(id -u)" -eq 0 ]; then
+    say "installing build packages for the wire fast path: ${build[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -qq --no-install-recommends "${build[@]}" >/dev/null 2>&1 \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${build[@]}" >/dev/null; }; } \
+      || say "note: could not install ${build[*]}: the pure-Python codec will be used"
+  else
+    say "note: missing ${build[*]} (run as root to install): the pure-Python codec will be used"
+  fi
+fi
+
 # The testbed's eBPF switch port is loaded by tc (iproute2 built with libbpf, as
 # Debian 12's is); clang/libbpf-dev are needed only to rebuild testbed/bpf/port.o.
 if command -v tc >/dev/null 2>&1 && ! tc -V 2>/dev/null | grep -q libbpf; then
@@ -47,7 +70,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 stamp="$VENV/.braid-installed"
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+# Re-install when the build inputs change: the package metadata and the C
+# fast path (``pip install -e`` compiles it in place).
+want=$(cat pyproject.toml setup.py wire/_fastwire.c | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! "$VENV/bin/python" -c 'import wire, transport, tools' 2>/dev/null; then
   say "installing Braid and its dependencies into $VENV"
   log="$VENV/pip-install.log"
@@ -58,7 +83,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! "$VENV/bin/python"
     || { say "Python install failed"; exit 1; }
   echo "$want" > "$stamp"
 fi
-say "ready: $("$VENV/bin/braid" --version)"
+say "ready: $("$VENV/bin/braid" --version), wire codec: $("$VENV/bin/python" -c 'import wire.codec as c; print(c.IMPLEMENTATION)')"
 
 if [ "${1:-}" = "--demo" ]; then
   shift

@@ -1,6 +1,6 @@
 """A long fuzz job against the wire decoders and a live ``Endpoint`` (not in CI).
 
-    python -m tools.fuzz --inputs 1000000 [--seed 1] [--out results/fuzz.json]
+    python -m tools.fuzz --inputs 1000000 [--seed 1] [--impl c|python] [--out results/fuzz.json]
 
 An off-path attacker's view: a corpus of real datagrams (INIT, ACCEPT, DATA,
 SACK, NACK, PROBE, CLOSE, trimmed DATA) captured from a sans-I/O endpoint
@@ -11,16 +11,25 @@ bytes). Each input goes through the decoders (``peek_untrusted``,
 endpoint) and into the victim ``Endpoint``; the victim's connection keeps
 carrying real messages between the inputs, checked byte-exact.
 
+``--impl`` picks the wire codec for the whole run (endpoint included): ``c``
+(the compiled ``wire._fastwire``) or ``python`` (the reference; the job
+re-executes itself with ``BRAID_PURE=1``). On the C codec every input also
+goes to a C opener and a Python opener with the live connection's keys
+(``open_data_untrusted``, and ``open_data_many`` on batches of 16 inputs
+cut at a random segment size): they must take the same decision.
+
 Pass criteria: no exception from ``receive_datagram`` at all, only
-``WireError`` from the decoders, every real message delivered intact, and
-no state growth (connections, INIT nonces, reassembly buffers, in-flight
-table, drop-counter keys), reported with the process's peak RSS.
+``WireError`` from the decoders, every real message delivered intact, the
+two codecs agreeing, and no state growth (connections, INIT nonces,
+reassembly buffers, in-flight table, drop-counter keys), reported with the
+process's peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import sys
@@ -34,7 +43,7 @@ from transport.config import ConnectionConfig
 from transport.datagram import RxInfo
 from transport.endpoint import Endpoint
 from transport.events import MessageDelivered
-from wire import HandshakeCodec, WireError, peek_untrusted
+from wire import HandshakeCodec, WireError, codec, peek_untrusted
 from wire.constants import HEADER_TAG_LEN, PacketType, trim_point
 
 SECRET = bytes(range(32))
@@ -130,6 +139,53 @@ def _state(p: Pair) -> dict[str, int]:
     }
 
 
+def _decision(fn: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        return ("ok", fn(*args))
+    except WireError as exc:
+        return ("wire", exc.reason)
+
+
+class Twins:
+    """A C and a Python opener with the same keys: every input to both."""
+
+    def __init__(self, keys: Any) -> None:
+        c = codec.c_classes()
+        assert c is not None
+        self.c = c[1](keys)
+        self.py = codec.PyOpener(keys)
+        self.pending: list[bytes] = []
+        self.checked = 0
+
+    def feed(self, rng: random.Random, data: bytes, failures: list[str]) -> None:
+        self.checked += 1
+        try:
+            got = _decision(self.c.open_data_untrusted, data)
+        except Exception:  # only WireError may escape
+            failures.append(f"C opener: {data.hex()}\n{traceback.format_exc()}")
+            return
+        want = _decision(self.py.open_data_untrusted, data)
+        if got != want or self.c.replay.highest != self.py.replay.highest:
+            failures.append(f"C {got!r} != Python {want!r}: {data.hex()}")
+        self.pending.append(data)
+        if len(self.pending) < 16:
+            return
+        # A GRO batch of unrelated inputs, cut at a random segment size.
+        blob = b"".join(self.pending)
+        self.pending.clear()
+        seg = rng.randint(1, 200)
+        try:
+            many = self.c.open_data_many(blob, seg)
+        except Exception:
+            failures.append(f"C open_data_many({seg}): {blob.hex()}\n{traceback.format_exc()}")
+            return
+        one = [_decision(self.py.open_data_untrusted, blob[i:i + seg])
+               for i in range(0, len(blob), seg)]
+        conv = [("wire", r.reason) if isinstance(r, WireError) else ("ok", r) for r in many]
+        if conv != one:
+            failures.append(f"C open_data_many({seg}) differs: {blob.hex()}")
+
+
 def run(inputs: int, seed: int, progress: bool = False) -> dict[str, Any]:
     rng = random.Random(seed)
     p = Pair(seed)
@@ -149,6 +205,7 @@ def run(inputs: int, seed: int, progress: bool = False) -> dict[str, Any]:
     corpus += trimmed
     (victim,) = p.b.connections.values()
     live_cid = victim.local_cid
+    twins = Twins(victim._opener_keys) if codec.IMPLEMENTATION == "c" else None
     hs = HandshakeCodec(SECRET)
     start_state = _state(p)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -168,6 +225,8 @@ def run(inputs: int, seed: int, progress: bool = False) -> dict[str, Any]:
             errors[exc.reason] += 1
         except Exception:  # a decoder may raise only WireError
             failures.append(f"decoder, {kind}: {data.hex()}\n{traceback.format_exc()}")
+        if twins is not None:
+            twins.feed(rng, data, failures)
         try:
             if n % 2:
                 # The I/O adapter's path for a (spoofed) configured source.
@@ -195,6 +254,8 @@ def run(inputs: int, seed: int, progress: bool = False) -> dict[str, Any]:
     end_state = _state(p)
     return {
         "inputs": n + 1, "seed": seed, "seconds": round(elapsed, 1),
+        "codec": codec.IMPLEMENTATION,
+        "c_vs_python_checked": 0 if twins is None else twins.checked,
         "inputs_per_second": round((n + 1) / elapsed),
         "exceptions": len(failures), "first_failures": failures[:3],
         "mutations": dict(sorted(kinds.items())),
@@ -216,7 +277,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--impl", choices=("c", "python"), default=None,
+                    help="wire codec for the whole run (default: the one in use)")
     a = ap.parse_args(argv)
+    if a.impl == "python" and codec.IMPLEMENTATION != "python":
+        # The codec is chosen at import: start again on the reference.
+        os.environ["BRAID_PURE"] = "1"
+        args = sys.argv[1:] if argv is None else argv
+        os.execv(sys.executable, [sys.executable, "-m", "tools.fuzz", *args])
+    if a.impl == "c" and codec.IMPLEMENTATION != "c":
+        print("the C codec is not in use (not built, or BRAID_PURE is set)", file=sys.stderr)
+        return 2
     res = run(a.inputs, a.seed, a.progress)
     text = json.dumps(res, indent=1)
     print(text)

@@ -12,16 +12,26 @@ Layout: header (common + body) | header tag | payload ciphertext | payload tag.
 - payload = AES-GCM(payload key, nonce, payload, aad=header+header tag):
   an untrimmed packet is fully authenticated by this one check.
 - nonce = 0x00000000 | epoch (16 bits) | counter (48 bits), unique per key.
+
+Two implementations, one API: the classes here prefixed ``Py`` are the
+reference; ``wire/_fastwire.c`` is their compiled twin for DATA packets and
+the replay window (OpenSSL EVP). ``Sealer``, ``Opener`` and
+``ReplayWindow`` name the compiled ones when the extension is built and
+``BRAID_PURE`` is unset, else the reference (``IMPLEMENTATION`` says which,
+chosen once at import). Both give the same bytes and the same decisions
+(tests/unit/test_wire_c_equivalence.py).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import os
 import struct
 from dataclasses import dataclass
 from operator import index as _index
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -127,7 +137,30 @@ def _check_body(body: Body) -> None:
         raise WireError("field", f"unknown NACK reason {body.reason}")
 
 
-class ReplayWindow:
+_Bytes = bytes | bytearray | memoryview
+
+
+class _Aead(Protocol):
+    """What the codec needs of an AEAD under one key: cryptography's ``AESGCM``
+    (the reference) or ``wire._fastwire.AESGCM`` (keyed OpenSSL contexts)."""
+
+    def encrypt(self, nonce: bytes, data: _Bytes, associated_data: _Bytes | None) -> bytes: ...
+
+    def decrypt(self, nonce: bytes, data: _Bytes, associated_data: _Bytes | None) -> bytes: ...
+
+
+class _Window(Protocol):
+    """A replay window as the generic open path uses it."""
+
+    @property
+    def highest(self) -> int: ...
+
+    def check(self, counter: int) -> None: ...
+
+    def commit(self, counter: int) -> None: ...
+
+
+class PyReplayWindow:
     """Sliding window over 48-bit counters (RFC 4303's idea, slot per counter).
 
     Slot ``c % size`` remembers the counter stored there; inside the window
@@ -157,29 +190,28 @@ class ReplayWindow:
             self.highest = counter
 
 
-class Sealer:
-    """Encodes and protects packets for one direction of one connection.
+class _SealerGeneric:
+    """What both sealers share: every packet type but DATA goes through
+    ``seal``, rarely enough per packet to stay in Python."""
 
-    ``keys=None`` is the insecure plaintext mode: nothing is encrypted or
-    authenticated and every packet says so in its flags. Every call uses a
-    fresh counter, so a retransmission is sealed anew.
-    """
+    __slots__ = ()
+    counter: int
+    dcid: int
+    epoch: int
+    plaintext: bool
+    _hdr: _Aead | None
 
-    __slots__ = ("_hdr", "_pay", "counter", "dcid", "epoch", "plaintext")
-
-    def __init__(self, keys: DirectionKeys | None, *, dcid: int, epoch: int = 0) -> None:
-        self.dcid = dcid
-        self.epoch = epoch
-        self.counter = 0
-        self.plaintext = keys is None
-        self._hdr = None if keys is None else AESGCM(keys.header)
-        self._pay = None if keys is None else AESGCM(keys.payload)
+    def seal_data(
+        self, psn: int, ev: int, plane: int, msg_id: int, msg_offset: int, msg_len: int,
+        timestamp: int, payload: bytes, flags: int = 0,
+    ) -> bytes:
+        raise NotImplementedError
 
     def _next_counter(self) -> int:
         c = self.counter
         if c > COUNTER_MAX:
             raise OverflowError("packet counter exhausted: the connection must be re-keyed")
-        self.counter = c + 1
+        self.counter = c + 1  # type: ignore[misc]  # a slot of each concrete sealer
         return c
 
     def seal(self, body: Body, payload: bytes = b"", flags: int = 0) -> bytes:
@@ -204,6 +236,26 @@ class Sealer:
             return header + _ZERO_TAG
         nonce = _NONCE.pack(0, self.epoch, c >> 32, c & 0xFFFFFFFF)
         return header + self._hdr.encrypt(nonce, b"", header)
+
+
+class PySealer(_SealerGeneric):
+    """Encodes and protects packets for one direction of one connection
+    (the reference implementation; ``Sealer`` is this or its C twin).
+
+    ``keys=None`` is the insecure plaintext mode: nothing is encrypted or
+    authenticated and every packet says so in its flags. Every call uses a
+    fresh counter, so a retransmission is sealed anew.
+    """
+
+    __slots__ = ("_hdr", "_pay", "counter", "dcid", "epoch", "plaintext")
+
+    def __init__(self, keys: DirectionKeys | None, *, dcid: int, epoch: int = 0) -> None:
+        self.dcid = dcid
+        self.epoch = epoch
+        self.counter = 0
+        self.plaintext = keys is None
+        self._hdr: _Aead | None = None if keys is None else AESGCM(keys.header)
+        self._pay: _Aead | None = None if keys is None else AESGCM(keys.payload)
 
     def seal_data(
         self, psn: int, ev: int, plane: int, msg_id: int, msg_offset: int, msg_len: int,
@@ -238,20 +290,18 @@ class Sealer:
         return aad + pay.encrypt(nonce, payload, aad)
 
 
-class Opener:
-    """Authenticates, checks freshness and decodes one direction's datagrams."""
+class _OpenerGeneric:
+    """What both openers share: ``open_untrusted`` and the generic path."""
 
-    __slots__ = ("_hdr", "_pay", "epoch", "plaintext", "replay")
+    __slots__ = ()
+    epoch: int
+    plaintext: bool
+    replay: _Window
+    _hdr: _Aead | None
+    _pay: _Aead | None
 
-    def __init__(
-        self, keys: DirectionKeys | None, *, epoch: int = 0,
-        replay_window: int = DEFAULT_REPLAY_WINDOW,
-    ) -> None:
-        self.epoch = epoch
-        self.plaintext = keys is None
-        self._hdr = None if keys is None else AESGCM(keys.header)
-        self._pay = None if keys is None else AESGCM(keys.payload)
-        self.replay = ReplayWindow(replay_window)
+    def open_data_untrusted(self, data: bytes | memoryview) -> DataFields | None:
+        raise NotImplementedError
 
     def open_untrusted(self, data: bytes, header: CommonHeader | None = None) -> Packet:
         """Decode ``data``; raises only ``WireError``.
@@ -274,6 +324,75 @@ class Opener:
                     Data(psn, ev, plane, plen, mid, moff, mlen, ts), payload, payload is None,
                 )
         return self._open_generic(data, header)
+
+    def _open_generic(self, data: bytes, header: CommonHeader | None) -> Packet:
+        h = header if header is not None else peek_untrusted(data)
+        ptype = h.ptype
+        if ptype in _HANDSHAKE_TYPES:
+            raise WireError("type", f"{ptype.name} outside the handshake")
+        if h.epoch != self.epoch:
+            raise WireError("epoch", f"key epoch {h.epoch}, expected {self.epoch}")
+        if bool(h.flags & _PLAINTEXT) != self.plaintext:
+            raise WireError(
+                "plaintext",
+                "plaintext packet on an encrypted connection" if not self.plaintext
+                else "encrypted packet on a plaintext connection",
+            )
+        counter = h.counter
+        replay = self.replay
+        if counter <= replay.highest:
+            replay.check(counter)
+        hlen = h.header_words * 4
+        cut = hlen + HEADER_TAG_LEN
+        body = unpack_body(ptype, data, COMMON_HEADER_LEN)
+        payload: bytes | None = None
+        trimmed = False
+        is_data = False
+        if isinstance(body, Data):
+            is_data = True
+            extra = len(data) - cut
+            expect = body.payload_len + (0 if self._pay is None else PAYLOAD_TAG_LEN)
+            if extra == 0 and expect > 0:
+                trimmed = True
+            elif extra != expect:
+                raise WireError(
+                    "payload_len", f"{extra} payload bytes, header says {body.payload_len}"
+                )
+        elif len(data) != cut:
+            raise WireError("payload_len", f"{len(data) - cut} trailing bytes on {ptype.name}")
+        if self._hdr is not None and self._pay is not None:
+            # 4 zero bytes + epoch + counter, as sent (the epoch was checked above).
+            nonce = _NONCE.pack(0, h.epoch, counter >> 32, counter & 0xFFFFFFFF)
+            try:
+                if is_data and not trimmed:
+                    # One AEAD check covers header, header tag and payload.
+                    payload = self._pay.decrypt(nonce, data[cut:], data[:cut])
+                else:
+                    self._hdr.decrypt(nonce, data[hlen:cut], data[:hlen])
+            except InvalidTag:
+                raise WireError("tag", f"{ptype.name} failed authentication") from None
+        elif is_data and not trimmed:
+            payload = data[cut:]
+        _check_body(body)
+        replay.commit(counter)
+        return Packet(h, body, payload, trimmed)
+
+
+class PyOpener(_OpenerGeneric):
+    """Authenticates, checks freshness and decodes one direction's datagrams
+    (the reference implementation; ``Opener`` is this or its C twin)."""
+
+    __slots__ = ("_hdr", "_pay", "epoch", "plaintext", "replay")
+
+    def __init__(
+        self, keys: DirectionKeys | None, *, epoch: int = 0,
+        replay_window: int = DEFAULT_REPLAY_WINDOW,
+    ) -> None:
+        self.epoch = epoch
+        self.plaintext = keys is None
+        self._hdr: _Aead | None = None if keys is None else AESGCM(keys.header)
+        self._pay: _Aead | None = None if keys is None else AESGCM(keys.payload)
+        self.replay: PyReplayWindow = PyReplayWindow(replay_window)
 
     def open_data_untrusted(self, data: bytes | memoryview) -> DataFields | None:
         """The receive fast path: a DATA datagram without header extensions
@@ -341,57 +460,6 @@ class Opener:
             replay.highest = counter
         return fields, payload
 
-    def _open_generic(self, data: bytes, header: CommonHeader | None) -> Packet:
-        h = header if header is not None else peek_untrusted(data)
-        ptype = h.ptype
-        if ptype in _HANDSHAKE_TYPES:
-            raise WireError("type", f"{ptype.name} outside the handshake")
-        if h.epoch != self.epoch:
-            raise WireError("epoch", f"key epoch {h.epoch}, expected {self.epoch}")
-        if bool(h.flags & _PLAINTEXT) != self.plaintext:
-            raise WireError(
-                "plaintext",
-                "plaintext packet on an encrypted connection" if not self.plaintext
-                else "encrypted packet on a plaintext connection",
-            )
-        counter = h.counter
-        replay = self.replay
-        if counter <= replay.highest:
-            replay.check(counter)
-        hlen = h.header_words * 4
-        cut = hlen + HEADER_TAG_LEN
-        body = unpack_body(ptype, data, COMMON_HEADER_LEN)
-        payload: bytes | None = None
-        trimmed = False
-        is_data = False
-        if isinstance(body, Data):
-            is_data = True
-            extra = len(data) - cut
-            expect = body.payload_len + (0 if self._pay is None else PAYLOAD_TAG_LEN)
-            if extra == 0 and expect > 0:
-                trimmed = True
-            elif extra != expect:
-                raise WireError(
-                    "payload_len", f"{extra} payload bytes, header says {body.payload_len}"
-                )
-        elif len(data) != cut:
-            raise WireError("payload_len", f"{len(data) - cut} trailing bytes on {ptype.name}")
-        if self._hdr is not None and self._pay is not None:
-            # 4 zero bytes + epoch + counter, as sent (the epoch was checked above).
-            nonce = _NONCE.pack(0, h.epoch, counter >> 32, counter & 0xFFFFFFFF)
-            try:
-                if is_data and not trimmed:
-                    # One AEAD check covers header, header tag and payload.
-                    payload = self._pay.decrypt(nonce, data[cut:], data[:cut])
-                else:
-                    self._hdr.decrypt(nonce, data[hlen:cut], data[:hlen])
-            except InvalidTag:
-                raise WireError("tag", f"{ptype.name} failed authentication") from None
-        elif is_data and not trimmed:
-            payload = data[cut:]
-        _check_body(body)
-        replay.commit(counter)
-        return Packet(h, body, payload, trimmed)
 
 
 class HandshakeCodec:
@@ -441,12 +509,66 @@ class HandshakeCodec:
         return Packet(h, body, None, False)
 
 
+@functools.cache
+def c_classes() -> tuple[type[Any], type[Any], type[Any]] | None:
+    """The C-backed ``(Sealer, Opener, ReplayWindow)``, or None when the
+    extension ``wire._fastwire`` is not built here.
+
+    The C types do DATA (``seal_data``, ``seal_data_run``,
+    ``open_data_untrusted``, ``open_data_many``) and the replay window; the
+    other packet types go through the same Python code as the reference
+    (``_SealerGeneric``, ``_OpenerGeneric``) on the extension's AES-GCM.
+    """
+    try:
+        from wire import _fastwire
+    except ImportError:
+        return None
+
+    class Sealer(_fastwire.SealerCore, _SealerGeneric):  # type: ignore[override]
+        __slots__ = ()
+
+    class Opener(_fastwire.OpenerCore, _OpenerGeneric):  # type: ignore[override,misc]
+        __slots__ = ()
+
+    for cls in (Sealer, Opener):
+        cls.__module__ = __name__
+        cls.__qualname__ = cls.__name__
+        cls.__doc__ = f"The C-backed twin of Py{cls.__name__} (same bytes, same decisions)."
+    return Sealer, Opener, _fastwire.ReplayWindow
+
+
+def _choose() -> str:
+    if os.environ.get("BRAID_PURE", "") not in ("", "0"):
+        return "python"
+    return "python" if c_classes() is None else "c"
+
+
+#: Which codec ``Sealer``/``Opener``/``ReplayWindow`` are: ``"c"`` (the
+#: extension, when it built) or ``"python"`` (the reference, also chosen by
+#: ``BRAID_PURE=1`` in the environment). Chosen once, at import.
+IMPLEMENTATION: Final[str] = _choose()
+
+if TYPE_CHECKING:
+    # Both implementations have the reference's API: type against it.
+    Sealer = PySealer
+    Opener = PyOpener
+    ReplayWindow = PyReplayWindow
+else:
+    Sealer, Opener, ReplayWindow = (
+        (PySealer, PyOpener, PyReplayWindow) if IMPLEMENTATION == "python" else c_classes()
+    )
+
 __all__ = [
     "BODY_STRUCT",
+    "IMPLEMENTATION",
     "HandshakeCodec",
     "Opener",
     "Packet",
+    "PyOpener",
+    "PyReplayWindow",
+    "PySealer",
     "ReplayWindow",
     "Sealer",
+    "c_classes",
     "peek_untrusted",
 ]

@@ -1,0 +1,23 @@
+"""Build of the optional compiled wire fast path (``wire._fastwire``).
+
+Everything else about the package is in pyproject.toml. The extension is
+optional: where it cannot be built (no C compiler, no OpenSSL headers), the
+package still installs and Braid runs on the pure-Python codec
+(``wire.codec.IMPLEMENTATION == "python"``).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "wire._fastwire",
+            sources=["wire/_fastwire.c"],
+            libraries=["crypto"],
+            extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra",
+                                "-Wno-unused-parameter", "-Wno-missing-field-initializers",
+                                "-Wno-cast-function-type"],
+            optional=True,
+        )
+    ],
+)
