@@ -88,6 +88,17 @@ def test_a_variant_writes_to_its_out_directory_only(tmp_path: Path, over: dict[s
     assert "left as it is" in capsys.readouterr().err
 
 
+def test_a_variant_s_plots_keep_the_name_its_json_gives(tmp_path: Path) -> None:
+    """The JSON is written with sorted keys, so the rows come back in another
+    order; the name of the plots must not change with it."""
+    rows = {r: {"error": "x"} for r in reversed(DEFAULT_ROWS)}
+    out = tmp_path / "results"
+    write_all(_run(rows=rows, quick=True), out, out, update_docs=False, docs=None)
+    again = json.loads((out / "claims.json").read_text())
+    assert list(again["rows"]) != list(rows)
+    assert run_name(again) == run_name(_run(rows=rows, quick=True))
+
+
 def test_no_docs_without_update_docs(tmp_path: Path) -> None:
     docs = _docs(tmp_path)
     write_all(_run(), tmp_path / "results", tmp_path / "results", update_docs=False,

@@ -26,8 +26,11 @@ def section_name(rows: list[str], planes: int = 2, rate_mbit: int = 100,
     ``claims-...-4x50``, ``claims-...-mtu4208``, ``claims-...-ack_delay0.0003``,
     ``claims-...-queuewait``, ...); a variant names its plots after it and
     writes them with its JSON and markdown to the --out directory, never to
-    the docs."""
-    from tools.claims.rows import DEFAULT_ROWS, STACKS
+    the docs. Rows and stacks are named in the matrix's own order, whatever
+    order they were given or stored in (the JSON sorts its keys)."""
+    from tools.claims.rows import DEFAULT_ROWS, ROWS, STACKS
+
+    rows = [r for r in ROWS if r in rows] + sorted(set(rows) - set(ROWS))
 
     fabric = "" if (planes, rate_mbit) == (2, 100) else f"-{planes}x{rate_mbit}"
     if mtu != 1500:
@@ -37,7 +40,8 @@ def section_name(rows: list[str], planes: int = 2, rate_mbit: int = 100,
     if queue_wait:
         fabric += "-queuewait"
     if stacks is not None and set(stacks) != set(STACKS):
-        fabric += "-" + "-".join(stacks)
+        fabric += "-" + "-".join([st for st in STACKS if st in stacks]
+                                 + sorted(set(stacks) - set(STACKS)))
     if element != "ebpf":
         fabric += f"-{element}"
     if daemon_qlog:
