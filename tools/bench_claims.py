@@ -3,8 +3,8 @@
 Braid (daemons + the Python API), kernel TCP (one connection per host pair,
 pinned to a plane, pairs striped over planes) and kernel MPTCP (one subflow
 per plane) run the same workloads on the same fabric under the same faults,
-one row after another, every stack in one sitting. The rows (docs/claims.md
-gives each one's method and issue 13's targets): invisibility (a synchronous
+one row after another, every stack in one run. The rows (docs/claims.md
+gives each one's method and target): invisibility (a synchronous
 all-to-all's p50/p99/p100 step time, fault-free and under a fault timeline),
 failover (a plane blackholed, a link down), loss (0.1-5% on every path),
 asymmetric planes, compound faults, incast 8->1 with a victim flow, and
@@ -12,7 +12,13 @@ fairness (flows started one after another). Every figure is reported with
 its worst case, every run with how busy the machine was.
 
 Writes ``<out>/claims.json``, ``<out>/claims.md`` and PNGs (``--plots``);
-with ``--update-docs`` the section in docs/claims.md. A full run takes
+with ``--update-docs`` the current results in docs/claims.md and their PNGs in
+docs/claims/, but only for the plain full matrix (default rows, stacks,
+fabric, MTU, element and daemon settings, no --quick). A variant (--rows,
+--stacks, --planes, --rate, --mtu, --element, --connection, --queue-wait,
+--daemon-qlog, --quick) writes its JSON, markdown and PNGs (named after the
+variant) to --out only (default results/) and leaves the docs alone, with
+or without --update-docs. A full run takes
 6-10 minutes on 11 hosts, ``--quick`` 2-4 on 5 (more on a busy machine).
 Root only (network namespaces); every namespace and process it made is
 removed at the end, also on failure or Ctrl-C.
@@ -43,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stacks", default=",".join(STACKS),
                         help="comma-separated subset of braid,tcp,mptcp")
     parser.add_argument("--plots", default=None, metavar="DIR",
-                        help="directory for the PNGs (default: docs/claims with --update-docs, "
-                        "else the --out directory)")
+                        help="directory for the PNGs (default: docs/claims for the plain full "
+                        "run with --update-docs, else the --out directory; a variant always "
+                        "writes them to --out)")
     parser.add_argument("--name", default="claims", help="testbed name (default: claims)")
     parser.add_argument("--element", choices=("ebpf", "userspace"), default="ebpf",
                         help="switch ports: the eBPF port (default) or the userspace element "
@@ -60,18 +67,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "its packets to it: 4208 carries Braid DATA of 4096 bytes, "
                              "RoCE's largest MTU, as on AI fabrics)")
     parser.add_argument("--connection", action="append", default=[], metavar="KEY=VALUE",
-                        help="a daemon [connection] setting for every host of the sitting "
+                        help="a daemon [connection] setting for every host of the run "
                              "(repeatable; e.g. --connection ack_delay=3e-4 to A/B a transport "
-                             "setting; the docs section gets its own name)")
+                             "setting; a variant: results to --out only)")
     parser.add_argument("--daemon-qlog", action="store_true",
                         help="daemons write <work>/hN.qlog (costs ~30%% goodput; for diagnosis)")
     parser.add_argument("--render", default=None, metavar="JSON",
-                        help="measure nothing: redraw the tables, plots and (--update-docs) the "
-                        "docs section from an earlier claims.json")
+                        help="measure nothing: redraw the tables, plots and (--update-docs, plain "
+                        "full run only) the docs section from an earlier claims.json")
     parser.add_argument("--queue-wait", action="store_true",
                         help="Braid daemons measure how long datagrams wait in their socket "
                         "queues (kernel receive timestamps): the hosts' own share of every "
-                        "RTT, per run and host in the JSON and a table")
+                        "RTT, per run and host in the JSON and a table (a diagnosis: a "
+                        "variant, results to --out only)")
     parser.add_argument("--work", default=None, metavar="DIR",
                         help="daemon configs and logs (default: <out>/claims-run)")
 
@@ -89,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from tools.bench_common import REPO_ROOT, environment, progress
     from tools.claims import fabric as claims_fabric
     from tools.claims.fabric import ClaimsFabric
-    from tools.claims.report import write_all
+    from tools.claims.report import is_variant, run_name, write_all
     from tools.claims.rows import ROWS, STACKS, Ctx
     from tools.errors import UserError
 
@@ -101,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot read {args.render}: {exc}") from None
         plots = Path(args.plots) if args.plots else (
-            REPO_ROOT / "docs" / "claims" if args.update_docs else Path(args.out))
+            REPO_ROOT / "docs" / "claims" if args.update_docs and not is_variant(data)
+            else Path(args.out))
         write_all(data, Path(args.out), plots, update_docs=bool(args.update_docs),
                   docs=args.docs)
         return 0
@@ -118,8 +127,16 @@ def run(args: argparse.Namespace) -> int:
     connection = claims_fabric.parse_connection(args.connection, args.planes)
     out = Path(args.out)
     work = Path(args.work) if args.work else out / "claims-run"
+    planned = {"rows": {r: {} for r in rows}, "planes": args.planes, "rate_mbit": args.rate,
+               "mtu": args.mtu, "connection": connection, "queue_wait": bool(args.queue_wait),
+               "quick": bool(args.quick), "stacks": stacks, "element": args.element,
+               "daemon_qlog": bool(args.daemon_qlog)}
+    variant = is_variant(planned)
+    if variant and args.update_docs:
+        progress(f"{run_name(planned)} is a variant of the claims matrix: results go to {out} "
+                 f"only, {args.docs or DOCS} is not updated")
     plots = Path(args.plots) if args.plots else (
-        REPO_ROOT / "docs" / "claims" if args.update_docs else out)
+        REPO_ROOT / "docs" / "claims" if args.update_docs and not variant else out)
     n_hosts = hosts_needed(rows, args.quick)
     t_start = time.monotonic()
     me = os.getpid()
@@ -172,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
     data = {"bench": NAME, "quick": bool(args.quick), "rows": results, "stacks": stacks,
             "hosts": n_hosts, "planes": args.planes, "rate_mbit": args.rate,
             "mtu": args.mtu, "connection": connection, "queue_wait": bool(args.queue_wait),
+            "daemon_qlog": bool(args.daemon_qlog),
             "element": ("eBPF switch port" if args.element == "ebpf"
                         else "userspace (AF_PACKET) link element"),
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,

@@ -123,8 +123,13 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
             assert c["workers"] is not None and c["workers"] > 0, c
             if t["stack"].startswith("braid"):
                 assert c["daemons"] is not None and c["daemons"] > 0, c
-    # the step-time CDF and a goodput-through-the-fault plot were drawn
-    for name in ("claims-step-cdf.png", "claims-failover.png"):
+    # the step-time CDF and a goodput-through-the-fault plot were drawn, in
+    # the --out directory and named after the variant (a quick run is one)
+    from tools.claims.report import run_name
+
+    stem = run_name(data)
+    assert stem.endswith("-quick"), stem
+    for name in (f"{stem}-step-cdf.png", f"{stem}-failover.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "claims.md").read_text()
     assert "invisibility" in md and data["commit"] in md

@@ -105,27 +105,35 @@ def test_worker_messages_are_checked_byte_for_byte() -> None:
     assert rx.bad == 2
 
 
-def test_a_partial_run_never_overwrites_the_matrix_section() -> None:
+def test_only_the_plain_full_matrix_is_named_claims() -> None:
     from tools.claims.report import section_name
-    from tools.claims.rows import DEFAULT_ROWS
+    from tools.claims.rows import DEFAULT_ROWS, STACKS
 
     assert section_name(list(DEFAULT_ROWS)) == "claims"
-    assert section_name([*DEFAULT_ROWS, "gaps"]) == "claims"
+    assert section_name(list(reversed(DEFAULT_ROWS)), stacks=list(STACKS)) == "claims"
+    # Every other run is a variant, named after what differs: some rows only ...
+    assert section_name([*DEFAULT_ROWS, "gaps"]) == "claims-" + "-".join(DEFAULT_ROWS) + "-gaps"
     assert section_name(["gaps"]) == "claims-gaps"
-    assert section_name(["failover", "invisibility"]) == "claims-failover-invisibility"
-    # Another fabric never writes over the default one's sections.
+    assert section_name(["failover", "invisibility"]) == "claims-invisibility-failover"
+    # ... another fabric ...
     assert section_name(list(DEFAULT_ROWS), 4, 50) == "claims-" + "-".join(DEFAULT_ROWS) + "-4x50"
     assert section_name(["invisibility"], 4, 50) == "claims-invisibility-4x50"
     assert section_name(list(DEFAULT_ROWS), mtu=4208) == \
         "claims-" + "-".join(DEFAULT_ROWS) + "-mtu4208"
     assert section_name(["incast"], 4, 50, 9000) == "claims-incast-4x50-mtu9000"
-    # ... nor does a sitting with daemon settings of its own (--connection)
+    # ... daemon settings of its own (--connection) ...
     assert section_name(list(DEFAULT_ROWS), connection={"ack_delay": 3e-4}) == \
         "claims-" + "-".join(DEFAULT_ROWS) + "-ack_delay0.0003"
     assert section_name(["incast"], connection={}) == "claims-incast"
-    # ... nor one whose daemons measured their socket-queue waits (--queue-wait)
-    assert section_name(list(DEFAULT_ROWS), queue_wait=True) == \
-        "claims-" + "-".join(DEFAULT_ROWS) + "-queuewait"
+    # ... a diagnosis switched on, fewer stacks, the other element, a quick run.
+    full = "claims-" + "-".join(DEFAULT_ROWS)
+    assert section_name(list(DEFAULT_ROWS), queue_wait=True) == full + "-queuewait"
+    assert section_name(list(DEFAULT_ROWS), daemon_qlog=True) == full + "-qlog"
+    assert section_name(list(DEFAULT_ROWS), stacks=["tcp", "braid"]) == full + "-braid-tcp"
+    # The matrix's own order, whatever the order given (a JSON sorts its keys).
+    assert section_name(sorted(DEFAULT_ROWS), quick=True) == full + "-quick"
+    assert section_name(list(DEFAULT_ROWS), element="userspace") == full + "-userspace"
+    assert section_name(list(DEFAULT_ROWS), quick=True) == full + "-quick"
 
 
 def test_the_fabric_takes_a_plane_count_and_rate_within_bounds() -> None:

@@ -15,15 +15,22 @@ DOCS_NAME = "claims"
 
 def section_name(rows: list[str], planes: int = 2, rate_mbit: int = 100,
                  mtu: int = 1500, connection: dict[str, Any] | None = None,
-                 queue_wait: bool = False) -> str:
-    """The full matrix on the default fabric owns the ``claims`` section; a run
-    of some rows only writes its own section (``claims-gaps``, ...), and a
-    fabric other than 2 planes x 100 Mbit/s at MTU 1500 its own
-    (``claims-...-4x50``, ``claims-...-mtu4208``), and so does a sitting with
-    daemon settings of its own (``claims-...-ack_delay0.0003``) or with the
-    daemons' socket-queue waits measured (``claims-...-queuewait``), never
-    over the matrix."""
-    from tools.claims.rows import DEFAULT_ROWS
+                 queue_wait: bool = False, *, quick: bool = False,
+                 stacks: list[str] | None = None, element: str = "ebpf",
+                 daemon_qlog: bool = False) -> str:
+    """The run's name: ``claims`` for the plain full matrix (every default row,
+    every stack, 2 planes x 100 Mbit/s at MTU 1500, eBPF ports, default daemon
+    settings, no diagnosis switched on, not ``--quick``), the only run whose
+    figures are the claims' current results in docs/claims.md. Any other run
+    is a variant, named after what differs (``claims-gaps``,
+    ``claims-...-4x50``, ``claims-...-mtu4208``, ``claims-...-ack_delay0.0003``,
+    ``claims-...-queuewait``, ...); a variant names its plots after it and
+    writes them with its JSON and markdown to the --out directory, never to
+    the docs. Rows and stacks are named in the matrix's own order, whatever
+    order they were given or stored in (the JSON sorts its keys)."""
+    from tools.claims.rows import DEFAULT_ROWS, ROWS, STACKS
+
+    rows = [r for r in ROWS if r in rows] + sorted(set(rows) - set(ROWS))
 
     fabric = "" if (planes, rate_mbit) == (2, 100) else f"-{planes}x{rate_mbit}"
     if mtu != 1500:
@@ -32,9 +39,34 @@ def section_name(rows: list[str], planes: int = 2, rate_mbit: int = 100,
         fabric += "-" + "".join(ch for ch in f"{k}{v}" if ch.isalnum() or ch in "._")
     if queue_wait:
         fabric += "-queuewait"
-    if set(DEFAULT_ROWS) <= set(rows) and not fabric:
+    if stacks is not None and set(stacks) != set(STACKS):
+        fabric += "-" + "-".join([st for st in STACKS if st in stacks]
+                                 + sorted(set(stacks) - set(STACKS)))
+    if element != "ebpf":
+        fabric += f"-{element}"
+    if daemon_qlog:
+        fabric += "-qlog"
+    if quick:
+        fabric += "-quick"
+    if set(rows) == set(DEFAULT_ROWS) and not fabric:
         return DOCS_NAME
     return DOCS_NAME + "-" + "-".join(rows) + fabric
+
+
+def run_name(data: dict[str, Any]) -> str:
+    """``section_name`` of a run's JSON (or of the arguments of one to come)."""
+    element = str(data.get("element") or "ebpf")
+    return section_name(list(data["rows"]), data.get("planes", 2), data.get("rate_mbit", 100),
+                        data.get("mtu", 1500), data.get("connection"),
+                        bool(data.get("queue_wait")), quick=bool(data.get("quick")),
+                        stacks=data.get("stacks"),
+                        element="ebpf" if element.lower().startswith("ebpf") else "userspace",
+                        daemon_qlog=bool(data.get("daemon_qlog")))
+
+
+def is_variant(data: dict[str, Any]) -> bool:
+    """Whether a run is anything other than the plain full matrix."""
+    return run_name(data) != DOCS_NAME
 
 
 def _f(x: Any, nd: int = 2, unit: str = "") -> str:
@@ -103,7 +135,7 @@ def cpu_by_row(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (row, stack): the machine's CPU over the runs (tools/claims/cpu.py),
     as percent of all CPUs: busy median and max, steal max, and what the Braid
     daemons and the workers used (median). Runs without a record are left out
-    (sittings from before it)."""
+    (runs from before the record existed)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for t in data.get("transfers", []):
         c = t.get("cpu")
@@ -141,7 +173,7 @@ def _cpu_note(cpu: dict[tuple[str, str], dict[str, Any]], row: str) -> str:
 
 
 def targets(data: dict[str, Any]) -> list[list[str]]:
-    """Issue 13's targets next to Braid's figure and the references, same sitting."""
+    """The claims' targets next to Braid's figure and the references, same run."""
     R = data["rows"]
     out: list[list[str]] = []
     inv = _get(R, "invisibility", "per_stack") or {}
@@ -211,8 +243,8 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
     fa = _get(R, "fairness", "per_stack") or {}
     if "braid" in fa:
         js = [x.get("jain_median") for x in fa["braid"].values()]
-        # timed by message arrivals where the run has it (sittings before
-        # session 8 have only the 100 ms windows' figure, whose floor is 100 ms)
+        # timed by message arrivals where the run has it (older runs have
+        # only the 100 ms windows' figure, whose floor is 100 ms)
         arr = all("newcomer_share_worst_ms" in x for x in fa["braid"].values())
         nkey = "newcomer_share_worst" if arr else "newcomer_worst"
         nr = [x.get(nkey + "_rtts") for x in fa["braid"].values()]
@@ -246,7 +278,7 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
         after, in_srtt = pl.get("parked_after_ms"), pl.get("parked_after_srtt")
         at_park = pl.get("parked_after_srtt_at_park")
         silent = pl.get("srtt_silent_ms")
-        # A sitting from before the srtt at silence was logged counted the
+        # A run from before the srtt at silence was logged counted the
         # park in the srtt logged with it.
         which = (f"srtt when it went silent {_f(silent, 2, ' ms')}" if silent is not None
                  else "in the srtt logged at the park")
@@ -261,7 +293,7 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
         if limit is None and srtt:
             limit = 10 * srtt
         stall = v.get("stall_ms")
-        if stall is None:  # a sitting from before the pause was timed: 10 ms bins
+        if stall is None:  # a run from before the pause was timed: 10 ms bins
             what, judged = f"{gap} ms (10 ms bins)", gap
         else:
             what, judged = (f"{_f(stall, 1)} ms (longest pause {_f(v.get('longest_pause_ms'), 1)}"
@@ -461,7 +493,7 @@ def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> 
     env = data["environment"]
     parts = [f"Measured {env['time']} at commit `{data['commit']}` on {env['machine']}, "
              f"{env['cpus']} CPUs (shared with other work: absolute numbers are noisy, ratios "
-             f"within one sitting are the figures), {env['system']}, Python {env['python']}; "
+             f"within one run are the figures), {env['system']}, Python {env['python']}; "
              f"{'--quick' if data['quick'] else 'full'} run, {data['hosts']} hosts x "
              f"{data.get('planes', 2)} planes at {data.get('rate_mbit', 100)} Mbit/s, "
              f"MTU {data.get('mtu', 1500)}, "
@@ -476,7 +508,7 @@ def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> 
                 if data.get("loadavg") else "") + "."]
     tg = targets(data)
     if tg:
-        parts.append("**Targets of issue 13, Braid today** (same sitting)\n\n" + markdown_table(
+        parts.append("**Targets, Braid today** (same run)\n\n" + markdown_table(
             ["target", "braid", "reference", ""], tg))
     for title, header, rows in tables(data):
         parts.append(f"**{title}**\n\n" + markdown_table(header, rows))
@@ -514,9 +546,7 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
     R = data["rows"]
     # The full matrix's plots are claims-*.png; a partial run or another
     # fabric names its own after its docs section, so it never replaces them.
-    stem = section_name(list(R), data.get("planes", 2), data.get("rate_mbit", 100),
-                        data.get("mtu", 1500), data.get("connection"),
-                        bool(data.get("queue_wait")))
+    stem = run_name(data)
     inv = R.get("invisibility", {}).get("series")
     if inv:
         stacks = sorted({k.split("/")[0] for k in inv})
@@ -595,9 +625,17 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
 
 def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: bool,
               docs: str | None) -> Path:
-    from tools.bench_common import REPO_ROOT
+    """Write ``<out>/claims.json`` and ``<out>/claims.md`` (and the PNGs to
+    ``plots_dir``); with ``update_docs`` and the plain full matrix, also the
+    ``claims`` section of the docs. A variant run never touches the docs: its
+    plots go to ``out`` whatever ``plots_dir`` says, and its markdown links
+    them from there."""
+    from tools.bench_common import REPO_ROOT, progress
     from tools.errors import UserError
 
+    variant = is_variant(data)
+    if variant:
+        plots_dir = out
     pngs: list[Path] = []
     try:
         pngs = plot(data, plots_dir)
@@ -614,12 +652,11 @@ def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: 
     except OSError as exc:
         raise UserError(f"cannot write results to {out}: {exc.strerror}") from None
     docs_path = (Path(docs) if docs else REPO_ROOT / "docs" / "claims.md").resolve()
-    md = markdown(data, pngs, docs_path.parent)
+    md = markdown(data, pngs, out.resolve() if variant else docs_path.parent)
     (out / "claims.md").write_text(md + "\n")
-    if update_docs:
-        replace_section(docs_path, section_name(list(data["rows"]), data.get("planes", 2),
-                                                data.get("rate_mbit", 100),
-                                                data.get("mtu", 1500),
-                                                data.get("connection"),
-                                                bool(data.get("queue_wait"))), md)
+    if update_docs and variant:
+        progress(f"{run_name(data)} is a variant of the claims matrix: {docs_path.name} is "
+                 f"left as it is (only the plain full run updates it); results in {out}")
+    elif update_docs:
+        replace_section(docs_path, DOCS_NAME, md)
     return path
