@@ -132,6 +132,49 @@ def line(fid: Mapping[str, Any] | None) -> str:
     return f"fidelity: NOT faithful: {'; '.join(fid['reasons'])}"
 
 
+class Monitor:
+    """One run window's fidelity on a testbed (``braid perf``, the demo):
+    ``start()`` before the traffic, ``stop()`` after it returns ``judge()``
+    plus the busy links' gaps (``gaps``)."""
+
+    def __init__(self, tb: Any) -> None:
+        self.tb = tb
+        self._gaps0: dict[str, Any] = {}
+        self._t0 = 0.0
+        self._j0: Any = None
+        self._sampler: Any = None
+
+    def _gaps(self) -> dict[str, Any]:
+        try:
+            gaps: dict[str, Any] = self.tb.port_gaps()
+        except Exception:  # a fidelity record must never fail a run
+            return {}
+        return gaps
+
+    def start(self) -> Monitor:
+        import time
+
+        from tools.claims import cpu
+
+        self._gaps0 = self._gaps()
+        self._j0 = cpu.machine()
+        self._t0 = time.monotonic()
+        self._sampler = cpu.Sampler().start()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        import os
+        import time
+
+        from tools.claims import cpu
+
+        samples = self._sampler.stop() if self._sampler else []
+        share = cpu.run_share(self._j0, cpu.machine(), time.monotonic() - self._t0,
+                              os.cpu_count() or 1, None, None, samples)
+        gaps = gap_window(self._gaps0, self._gaps()) if self._gaps0 else None
+        return {**judge(share, gaps), "gaps": gaps}
+
+
 Probe = Callable[[int], Mapping[str, Any]]
 
 
