@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,14 +124,32 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
             assert c["workers"] is not None and c["workers"] > 0, c
             if t["stack"].startswith("braid"):
                 assert c["daemons"] is not None and c["daemons"] > 0, c
+        # ... and whether the emulator kept up (docs/claims.md, Fidelity)
+        f = t["fidelity"]
+        assert f["faithful"] in (True, False, None) and isinstance(f["reasons"], list), f
+        assert (f["faithful"] is False) == bool(f["reasons"]), f
+        if t["ok"]:
+            assert f["cpu_saturated_share"] is not None and f["faithful"] is not None, f
+    # the ports timed departures on busy links (the incast's last hop at least)
+    assert any(t["fidelity"]["busy_gaps"] > 0 for t in data["transfers"])
+    assert any(t["gaps"] for t in data["transfers"])
+    # a verdict is withheld exactly where a row had a run that was not faithful
+    bad_rows = {t["row"] for t in data["transfers"] if t["fidelity"]["faithful"] is False}
+    for target in data["targets"]:
+        row = re.match(r"[a-z]*", target[0]).group(0)  # type: ignore[union-attr]
+        if row in bad_rows and target[3] != "-":
+            assert target[3].startswith("no verdict: not faithful ("), target
+        else:
+            assert not target[3].startswith("no verdict"), target
     # the step-time CDF and a goodput-through-the-fault plot were drawn
-    for name in ("claims-step-cdf.png", "claims-failover.png"):
+    for name in ("claims-step-cdf.png", "claims-failover.png", "claims-summary.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "claims.md").read_text()
     assert "invisibility" in md and data["commit"] in md
     assert "parked within 5 srtt" in md and "10 srtt + one probe interval" in md
     assert "carrier loss" in md
     assert "the machine's CPU during each row's runs" in md
+    assert "fidelity of each row's runs" in md
 
 
 def test_claims_connection_setting_reaches_every_daemon(tmp_path: Path, unique_name: str
