@@ -131,7 +131,8 @@ def summary_plot(data: Mapping[str, Any], plots_dir: Path, stem: str) -> Path | 
     ax.set_ylim(0, top * 1.25 if top else 1)
     rate = data.get("rate_mbit", 100)
     ax.set_title(f"invisibility: worst step, fault-free vs fault timeline ({rate} Mbit/s "
-                 "per plane); hatched = not faithful", fontsize=9)
+                 "per plane)\nhatched: the run was not faithful (no verdict from it)",
+                 fontsize=9)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7)
     fig.tight_layout()
