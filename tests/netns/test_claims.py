@@ -189,3 +189,27 @@ def test_claims_connection_setting_reaches_every_daemon(tmp_path: Path, unique_n
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "unknown key 'ack_evry'" in bad.stderr, bad.stderr
     assert not (tmp_path / "bad" / "claims.json").exists()
+
+
+def test_claims_rate_auto_probes_down_the_ladder(tmp_path: Path, unique_name: str) -> None:
+    """``--rate auto`` probes Braid at 100, 50, 25, 12 Mbit/s per plane until a
+    run is faithful, then runs the rows at that rate; the JSON, the report and
+    the daemons' configs agree on it."""
+    out, work = tmp_path / "o", tmp_path / "w"
+    r = _claims(["--quick", "--rows", "loss", "--stacks", "braid", "--rate", "auto",
+                 "--out", str(out), "--work", str(work)], unique_name, timeout=480)
+    data = json.loads((out / "claims.json").read_text())
+    ra = data["rate_auto"]
+    rates = [p["rate_mbit"] for p in ra["probes"]]
+    assert ra["ladder"] == [100, 50, 25, 12] and rates == ra["ladder"][:len(rates)], ra
+    # it stops at the first faithful probe, else takes the lowest rung
+    assert all(p["faithful"] is False for p in ra["probes"][:-1]), ra
+    assert data["rate_mbit"] == ra["rate_mbit"] == rates[-1], ra
+    assert ra["faithful"] == ra["probes"][-1]["faithful"], ra
+    assert all(f"rate auto: {x} Mbit/s per plane: fidelity: " in r.stderr for x in rates)
+    assert f"**--rate auto** chose {rates[-1]} Mbit/s" in (out / "claims.md").read_text()
+    import tomllib
+
+    conn = tomllib.loads((work / "h0.toml").read_text())["connection"]
+    assert conn["plane_rate"] == rates[-1] * 1e6 / 8, conn  # bytes/s of the chosen rate
+    assert all(t["ok"] for t in data["transfers"]), data["transfers"]

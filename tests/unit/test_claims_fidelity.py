@@ -157,7 +157,7 @@ def test_rate_auto_is_bounded_and_settles_on_the_lowest_rung() -> None:
         fd.search_rate(probe, ())
     text = fr.rate_auto_text({"rate_auto": {**r, "ladder": [100, 50, 25, 12],
                                             "probe": "3 s all-to-all over 4 hosts"}})
-    assert text is not None and "chose 12 Mbit/s" in text and "none was faithful" in text
+    assert text is not None and "chose 12 Mbit/s" in text and "none was," in text
 
 
 def test_rate_argument_takes_auto_or_a_number() -> None:

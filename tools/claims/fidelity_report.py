@@ -153,8 +153,8 @@ def rate_auto_text(data: Mapping[str, Any]) -> str | None:
                                          None: "not measured"}[p["faithful"]])
         + (f" ({p['reasons'][0]})" if p.get("reasons") else "")
         for p in ra["probes"])
-    return (f"**--rate auto** chose {ra['rate_mbit']} Mbit/s per plane: the highest rung of "
-            f"{', '.join(str(r) for r in ra['ladder'])} at which a {ra['probe']} probe run "
-            f"of Braid was faithful ({probes})"
+    return (f"**--rate auto** chose {ra['rate_mbit']} Mbit/s per plane: a {ra['probe']} "
+            f"probe run of Braid at each rate of {', '.join(str(r) for r in ra['ladder'])} "
+            f"Mbit/s, highest first, until one was faithful ({probes})"
             + ("" if ra.get("faithful") is not False
-               else "; none was faithful, so the lowest rung was taken") + ".")
+               else "; none was, so the lowest rate was taken") + ".")
