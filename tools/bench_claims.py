@@ -9,7 +9,10 @@ all-to-all's p50/p99/p100 step time, fault-free and under a fault timeline),
 failover (a plane blackholed, a link down), loss (0.1-5% on every path),
 asymmetric planes, compound faults, incast 8->1 with a victim flow, and
 fairness (flows started one after another). Every figure is reported with
-its worst case, every run with how busy the machine was.
+its worst case, every run with how busy the machine was and whether the
+emulation was faithful (tools/claims/fidelity.py: no verdict is taken from a
+run that was not); ``--rate auto`` picks the highest per-plane rate at which
+Braid's runs are faithful on this machine.
 
 Writes ``<out>/claims.json``, ``<out>/claims.md`` and PNGs (``--plots``);
 with ``--update-docs`` the section in docs/claims.md. A full run takes
