@@ -14,6 +14,14 @@ testbed, unmounted at teardown); tc runs with ``setns`` only (like ``nsenter
 Settings change by map updates from Python (``bpfsys``), no reload. The port
 layout (slots, ifindexes, settings) is kept in ``RUN/elements/pP.ebpf.json``.
 
+Departure gaps (the emulation's fidelity, as Mininet-HiFi measures it): the
+port's second program (``sec tc/gap``) sits at clsact ingress of each link's
+far node end, after HTB, keyed by the port's slot in the filter's classid
+(``1:slot+1``). While the port's virtual queue still holds more than the frame
+that just left, the gap to the next departure goes into a per-port histogram
+of gap / ideal frame time at the port rate (``braid_gap``; ``gaps()``,
+``gap_summary``).
+
 Not supported (the userspace element remains for these): propagation delay.
 """
 
@@ -49,6 +57,13 @@ HTB_BURST_S = 0.002
 CTRL_HEADROOM = 64 * 1024
 BPFFS_MAGIC = 0xCAFE4A11
 _probe_cache: dict[str, tuple[bool, str]] = {}
+#: The gap histogram (port.c's GAP_*): a gap is counted in 1/GAP_UNIT of the
+#: ideal time of the frame before it; buckets 0..7 hold 0..7 units, then 8 per
+#: power of two; the last holds everything from 2**GAP_MAX_EXP units up.
+GAP_UNIT = 32
+GAP_MAX_EXP = 26
+GAP_BUCKETS = 8 * (GAP_MAX_EXP - 2) + 8
+GAP = struct.Struct(f"<IIQQQQ{GAP_BUCKETS}Q")
 
 
 # ------------------------------------------------------------------ availability
@@ -191,6 +206,61 @@ def htb_commands(dev: str, rate_bps: int, mtu: int, replace: bool = False,
     return cmds
 
 
+# ------------------------------------------------------------------ departure gaps
+def gap_bucket(units: int) -> int:
+    """port.c's ``gap_bucket``: the histogram bucket of a gap of ``units``."""
+    if units < 8:
+        return max(0, units)
+    e = units.bit_length() - 1
+    if e >= GAP_MAX_EXP:
+        return GAP_BUCKETS - 1
+    return 8 * (e - 2) + ((units >> (e - 3)) & 7)
+
+
+def gap_bucket_bounds(b: int) -> tuple[float, float]:
+    """Bucket ``b``'s range of gap / ideal: [low, high)."""
+    if b < 8:
+        return b / GAP_UNIT, (b + 1) / GAP_UNIT
+    e, sub = b // 8 + 2, b % 8
+    low = (8 + sub) << (e - 3)
+    high = (9 + sub) << (e - 3)
+    return low / GAP_UNIT, (high if b < GAP_BUCKETS - 1 else float("inf")) / GAP_UNIT
+
+
+def gap_summary(hist: list[int], max_units: int | None = None) -> dict[str, Any]:
+    """Count, p50, p99 and max of gap / ideal from a histogram: a percentile is
+    its bucket's upper bound, capped by the max (at most 12.5% above the
+    true value, never below it); the max is exact when the port recorded it
+    in the window, else its bucket's upper bound."""
+    n = sum(hist)
+    out: dict[str, Any] = {"gaps": n, "p50": None, "p99": None, "max": None}
+    if n <= 0:
+        return out
+    for q in (50, 99):
+        rank, seen = q / 100 * n, 0
+        for b, c in enumerate(hist):
+            seen += c
+            if c and seen >= rank:
+                hi = gap_bucket_bounds(b)[1]
+                if max_units:
+                    hi = min(hi, max_units / GAP_UNIT)
+                out[f"p{q}"] = round(hi if hi != float("inf") else gap_bucket_bounds(b)[0], 3)
+                break
+    top = max(b for b, c in enumerate(hist) if c)
+    lo, hi = gap_bucket_bounds(top)
+    out["max"] = round(max_units / GAP_UNIT if max_units else hi if hi != float("inf") else lo, 3)
+    return out
+
+
+def gap_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What a port's gap record gained from ``before`` to ``after`` (the raw
+    form ``EbpfPlane.gaps`` returns). The max is the window's only if it grew."""
+    hist = [max(0, a - b) for a, b in zip(after["hist"], before["hist"], strict=True)]
+    grew = after["max_units"] > before["max_units"]
+    return {"hist": hist, "max_units": after["max_units"] if grew else 0,
+            "rate_bps": after.get("rate_bps")}
+
+
 class EbpfPlane:
     """The eBPF ports of one plane's wire namespace (created by ``attach``)."""
 
@@ -211,6 +281,7 @@ class EbpfPlane:
         idx = nsutil.run_in(self.ns, lambda: {n: socket.if_nametoindex(n) for n in names})
         ports: dict[str, dict[str, Any]] = {}
         lines: list[str] = []
+        far_lines: dict[str, list[str]] = {}
         for lk in links:
             for d, in_if, out_if in (("up", lk["a_if"], lk["b_if"]),
                                      ("down", lk["b_if"], lk["a_if"])):
@@ -224,27 +295,47 @@ class EbpfPlane:
                     "settings": settings}
                 lines += [f"qdisc add dev {in_if} clsact",
                           f"filter add dev {in_if} ingress bpf da obj {OBJ} sec tc"]
+                far = lk.get("b_far" if d == "up" else "a_far")
+                if far:  # departures of this port are timed at the node end it feeds
+                    ports[f"{lk['name']}/{d}"]["far"] = list(far)
+                    far_lines.setdefault(far[0], []).extend(
+                        [f"qdisc add dev {far[1]} clsact",
+                         f"filter add dev {far[1]} ingress bpf da obj {OBJ} sec tc/gap "
+                         f"classid 1:{len(ports):x}"])
                 lines += htb_commands(out_if, int(settings.get("rate_bps") or 0), lk["mtu"],
                                       buffer=int(settings.get("buffer") or 256 * 1024))
         self.pin.mkdir(parents=True, exist_ok=True)
         self._tc(lines)
+        for ns, far in far_lines.items():  # the same pins: tc runs with setns only
+            self._tc(far, ns)
         self.layout_path.parent.mkdir(exist_ok=True)
         self._save({"ns": self.ns, "pin": str(self.pin), "ports": ports})
         with self._map("braid_cfg", CFG.size) as cfg:
             for p in ports.values():
                 cfg.update(struct.pack("<I", p["in_idx"]),
                            port_cfg(p["settings"], p["out_idx"], p["slot"], p["mtu"]))
+        self._gap_rates(ports.values())
 
-    def _tc(self, lines: list[str]) -> None:
+    def _gap_rates(self, ports: Any) -> None:
+        """The port rates the far ends judge gaps by (slot -> bit/s)."""
+        if not any(p.get("far") for p in ports):
+            return
+        with self._map("braid_gap_rate", 8) as rates:
+            for p in ports:
+                rates.update(struct.pack("<I", p["slot"]),
+                             struct.pack("<Q", int(p["settings"].get("rate_bps") or 0)))
+
+    def _tc(self, lines: list[str], ns: str | None = None) -> None:
         tc = tc_binary() or "tc"
-        r = nsutil.run(self.ns, [tc, "-force", "-batch", "-"], input="\n".join(lines) + "\n",
+        ns = ns or self.ns
+        r = nsutil.run(ns, [tc, "-force", "-batch", "-"], input="\n".join(lines) + "\n",
                        capture_output=True, text=True, env=_tc_env(self.pin), timeout=300)
         errors = [ln for ln in r.stderr.splitlines()
                   if ln.strip() and "Cannot delete qdisc with handle of zero" not in ln
                   and "Cannot find specified qdisc" not in ln
                   and not ln.startswith(("Command failed -:", "Warning:"))]
         if r.returncode != 0 and errors:
-            raise TestbedError(f"tc in {self.ns} failed: {errors[0]}")
+            raise TestbedError(f"tc in {ns} failed: {errors[0]}")
 
     def _map(self, name: str, size: int, per_cpu: bool = False) -> Map:
         try:
@@ -298,6 +389,8 @@ class EbpfPlane:
                            port_cfg(p["settings"], p["out_idx"], p["slot"], p["mtu"]))
         if reshape:
             self._tc(reshape)
+        if "rate_bps" in changes:
+            self._gap_rates([data["ports"][n] for n in names])
         self._save(data)
         return names
 
@@ -331,6 +424,25 @@ class EbpfPlane:
                              "depth": depth, "rx_overflow": 0, "element": "ebpf",
                              **p["settings"]}
         return out
+
+    def gaps(self) -> dict[str, dict[str, Any]]:
+        """Per timed port: its departure-gap histogram since the testbed came up
+        (``hist``, ``max_units``; see ``gap_summary``) and its rate."""
+        try:
+            data = self._load()
+            out: dict[str, dict[str, Any]] = {}
+            with self._map("braid_gap", GAP.size) as gap:
+                for name, p in data["ports"].items():
+                    if not p.get("far"):
+                        continue
+                    v = gap.lookup(struct.pack("<I", p["slot"]))
+                    f = GAP.unpack(v[0]) if v else (0,) * (6 + GAP_BUCKETS)
+                    out[name] = {"hist": list(f[6:]), "max_units": f[5],
+                                 "rate_bps": int(p["settings"].get("rate_bps") or 0)}
+            return out
+        except OSError as exc:
+            raise TestbedError(f"eBPF port of plane {self.plane}: reading gaps: {exc}"
+                            ) from None
 
     def prog_ids(self) -> list[int]:
         """Ids of the port programs attached in this plane (for teardown checks)."""

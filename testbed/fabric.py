@@ -208,6 +208,14 @@ class Testbed:
                 out.update(self.ebpf(plane).stats())
         return dict(sorted(out.items()))
 
+    def port_gaps(self) -> dict[str, dict[str, Any]]:
+        """Per eBPF port: its departure-gap histogram so far (``EbpfPlane.gaps``)."""
+        out: dict[str, dict[str, Any]] = {}
+        for plane in self.ebpf_planes():
+            with suppress(TestbedError):
+                out.update(self.ebpf(plane).gaps())
+        return dict(sorted(out.items()))
+
     def element_kind(self, link: str) -> str:
         """'ebpf' or 'userspace' for an element link, '' for a plain one."""
         kinds: dict[str, str] = self.state.data.get("element_kinds") or {}
@@ -446,7 +454,10 @@ class Testbed:
             if link.element and link.plane == plane and self.element_kind(link.name) == "ebpf":
                 wa, wb = self.wire_ifnames(link)
                 links.append({"name": link.name, "a_if": wa, "b_if": wb, "mtu": link.mtu,
-                              "up": link.up.to_dict(), "down": link.down.to_dict()})
+                              "up": link.up.to_dict(), "down": link.down.to_dict(),
+                              # the nodes' ends, where departures are timed
+                              "a_far": [self.prefix + link.a, link.a_if],
+                              "b_far": [self.prefix + link.b, link.b_if]})
         self.ebpf(plane).attach(links)
 
     def _start_element(self, plane: int) -> subprocess.Popen[bytes]:

@@ -9,7 +9,10 @@ all-to-all's p50/p99/p100 step time, fault-free and under a fault timeline),
 failover (a plane blackholed, a link down), loss (0.1-5% on every path),
 asymmetric planes, compound faults, incast 8->1 with a victim flow, and
 fairness (flows started one after another). Every figure is reported with
-its worst case, every run with how busy the machine was.
+its worst case, every run with how busy the machine was and whether the
+emulation was faithful (tools/claims/fidelity.py: no verdict is taken from a
+run that was not); ``--rate auto`` picks the highest per-plane rate at which
+Braid's runs are faithful on this machine.
 
 Writes ``<out>/claims.json``, ``<out>/claims.md`` and PNGs (``--plots``);
 with ``--update-docs`` the current results in docs/claims.md and their PNGs in
@@ -59,9 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--planes", type=int, default=2,
                         help="planes of the fabric (default 2; 2..8): MRC's fabrics lose 1/8 of "
                              "their capacity with one plane, this one half with the default")
-    parser.add_argument("--rate", type=int, default=100, metavar="MBIT",
+    parser.add_argument("--rate", type=_rate_arg, default=100, metavar="MBIT|auto",
                         help="link rate per plane in Mbit/s (default 100; e.g. --planes 4 "
-                             "--rate 50 keeps the default's aggregate)")
+                             "--rate 50 keeps the default's aggregate); auto: the highest of "
+                             f"{', '.join(map(str, RATE_LADDER))} at which a short Braid "
+                             "probe run is faithful on this machine (docs/claims.md, "
+                             "Fidelity), then every row at that rate")
     parser.add_argument("--mtu", type=int, default=1500, metavar="BYTES",
                         help="MTU of every link, 1280..9000 (default 1500; every stack sizes "
                              "its packets to it: 4208 carries Braid DATA of 4096 bytes, "
@@ -82,6 +88,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "variant, results to --out only)")
     parser.add_argument("--work", default=None, metavar="DIR",
                         help="daemon configs and logs (default: <out>/claims-run)")
+
+
+#: ``--rate auto`` tries these per-plane rates (Mbit/s), highest first.
+RATE_LADDER = (100, 50, 25, 12)
+#: Seconds of the probe run (an all-to-all step loop of Braid over 4 hosts).
+PROBE_S = (2.0, 3.0)  # --quick, full
+
+
+def _rate_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a rate in Mbit/s nor 'auto'"
+                                         ) from None
+
+
+def probe_fidelity(ctx: Any) -> dict[str, Any]:
+    """One short Braid all-to-all on ``ctx.fab`` (the invisibility row's
+    workload, fault-free) and its fidelity (``fidelity.judge``)."""
+    from tools.claims.fidelity import judge
+    from tools.claims.rows import collective
+
+    fab = ctx.fab
+    group = list(range(min(4, fab.n_hosts)))
+    collective(ctx, "braid", "alltoall", group, ctx.q(64 << 10, 128 << 10),
+               ctx.q(*PROBE_S), grace=4.0)
+    return judge(fab.last_cpu, fab.last_gaps, fab.last_queue_wait)
 
 
 def hosts_needed(rows: list[str], quick: bool) -> int:
@@ -123,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
     if not stacks or any(s not in STACKS for s in stacks):
         raise UserError("--stacks takes braid, tcp and/or mptcp")
-    claims_fabric.configure(args.planes, args.rate, args.mtu)
+    auto = args.rate == "auto"
+    claims_fabric.configure(args.planes, RATE_LADDER[0] if auto else int(args.rate), args.mtu)
     connection = claims_fabric.parse_connection(args.connection, args.planes)
     out = Path(args.out)
     work = Path(args.work) if args.work else out / "claims-run"
@@ -154,16 +190,25 @@ def run(args: argparse.Namespace) -> int:
         progress(f"{time.monotonic() - t_start:6.1f}s {msg}")
 
     dargs = ["--qlog", str(work.resolve() / "{host}.qlog")] if args.daemon_qlog else []
-    fab = ClaimsFabric(n_hosts, args.name, work, dargs, element=args.element,
-                       connection=connection, queue_wait=bool(args.queue_wait))
+
+    def make_fab() -> ClaimsFabric:
+        return ClaimsFabric(n_hosts, args.name, work, dargs, element=args.element,
+                            connection=connection, queue_wait=bool(args.queue_wait))
+
+    fab = make_fab()
     load0 = os.getloadavg()
     results: dict[str, Any] = {}
     ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
+    rate_auto: dict[str, Any] | None = None
     try:
-        say(f"bringing up the claims fabric: {n_hosts} hosts x {args.planes} planes at "
-            f"{args.rate} Mbit/s, MTU {args.mtu}, leaf-spine, "
-            f"{args.element} link elements; Braid daemons on every host")
-        fab.up()
+        if auto:
+            rate_auto = _search_rate(ctx, make_fab, args, say)
+            fab = ctx.fab
+        else:
+            say(f"bringing up the claims fabric: {n_hosts} hosts x {args.planes} planes at "
+                f"{args.rate} Mbit/s, MTU {args.mtu}, leaf-spine, "
+                f"{args.element} link elements; Braid daemons on every host")
+            fab.up()
         say(f"fabric and daemons up; rows: {', '.join(rows)}; stacks: {', '.join(stacks)}")
         for i, row in enumerate(rows, 1):
             t0 = time.monotonic()
@@ -178,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
             results[row]["seconds"] = round(time.monotonic() - t0, 1)
     finally:
         with contextlib.suppress(Exception):
-            fab.down()
+            ctx.fab.down()  # the fabric --rate auto chose, or the one above
         for s, h in old.items():
             signal.signal(s, h)
     say("fabric torn down")
@@ -187,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
     commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True, timeout=10).stdout.strip()
     data = {"bench": NAME, "quick": bool(args.quick), "rows": results, "stacks": stacks,
-            "hosts": n_hosts, "planes": args.planes, "rate_mbit": args.rate,
+            "hosts": n_hosts, "planes": args.planes, "rate_mbit": claims_fabric.RATE_MBIT,
+            "rate_auto": rate_auto,
             "mtu": args.mtu, "connection": connection, "queue_wait": bool(args.queue_wait),
             "daemon_qlog": bool(args.daemon_qlog),
             "element": ("eBPF switch port" if args.element == "ebpf"
@@ -201,3 +247,34 @@ def run(args: argparse.Namespace) -> int:
     say(f"wrote {path}; {len(ctx.transfers)} runs, {len(failed)} with a failed transfer "
         f"(reasons in the JSON)")
     return 0
+
+
+def _search_rate(ctx: Any, make_fab: Any, args: argparse.Namespace, say: Any
+                 ) -> dict[str, Any]:
+    """``--rate auto``: a fabric per rung of ``RATE_LADDER``, a probe run on
+    each until one is faithful; the fabric of the chosen rate is left up in
+    ``ctx.fab`` for the rows."""
+    from tools.claims import fabric as claims_fabric
+    from tools.claims.fidelity import search_rate
+
+    def probe(rate: int) -> dict[str, Any]:
+        claims_fabric.configure(args.planes, rate, args.mtu)
+        ctx.fab = make_fab()
+        say(f"rate auto: bringing up {ctx.fab.n_hosts} hosts x {args.planes} planes at "
+            f"{rate} Mbit/s for a {ctx.q(*PROBE_S):g} s Braid all-to-all probe")
+        ctx.fab.up()
+        fid = probe_fidelity(ctx)
+        if fid.get("faithful") is False:
+            ctx.fab.down()
+        return fid
+
+    ladder = [r for r in RATE_LADDER
+              if claims_fabric.RATE_RANGE[0] <= r <= claims_fabric.RATE_RANGE[1]]
+    found = search_rate(probe, ladder, say)
+    if found["faithful"] is False:  # nothing was faithful: the lowest rung, marked so
+        claims_fabric.configure(args.planes, found["rate_mbit"], args.mtu)
+        ctx.fab = make_fab()
+        ctx.fab.up()
+    say(f"rate auto: {found['rate_mbit']} Mbit/s per plane for every row")
+    return {**found, "ladder": ladder,
+            "probe": f"{ctx.q(*PROBE_S):g} s all-to-all over 4 hosts"}

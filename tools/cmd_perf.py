@@ -95,6 +95,8 @@ def run(a: argparse.Namespace) -> int:
     from testbed import daemons
     from testbed.cli import _default_name
     from testbed.fabric import Testbed
+    from tools.claims.fidelity import Monitor
+    from tools.claims.fidelity import line as fidelity_line
     from tools.perf_run import Perf, Stream, interval_row, summary
     from transport.aio import new_event_loop
 
@@ -162,6 +164,7 @@ def run(a: argparse.Namespace) -> int:
             tl_errors.append(f"{type(exc).__name__}: {exc}")
 
     loop = new_event_loop()
+    monitor = Monitor(tb).start()  # did the emulator keep up? (docs/claims.md, Fidelity)
     tl_thread = threading.Thread(target=timeline, name="perf-timeline", daemon=True)
 
     async def main() -> None:
@@ -186,6 +189,7 @@ def run(a: argparse.Namespace) -> int:
                 raise
             perf.failure = str(exc)
     finally:
+        fidelity = monitor.stop()
         stop_timeline.set()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -203,7 +207,7 @@ def run(a: argparse.Namespace) -> int:
     res.update({"src": src, "dst": dsts, "testbed": tb.name, "size": size,
                 "time": a.time, "parallel": a.parallel, "reverse": a.reverse,
                 "timeline": a.timeline, "faults": fired, "timeline_errors": tl_errors,
-                "daemons_started": list(started)})
+                "daemons_started": list(started), "fidelity": fidelity})
     if a.json:
         print(json.dumps(res, indent=1))
     else:
@@ -220,6 +224,7 @@ def run(a: argparse.Namespace) -> int:
             f"{iv['min'] / 1e6:.1f} Mbit/s{worst}; delivery gap: median "
             f"{gap['median'] * 1e3:.1f} ms, max {gap['max'] * 1e3:.0f} ms "
             f"(at {gap['max_at']:.2f} s)")
+        say(f"  {fidelity_line(fidelity)}")
         for e in tl_errors:
             say(f"  timeline error: {e}")
     if res["failure"]:

@@ -22,6 +22,15 @@
  * (a marking fault). Trimming happens here at ingress, not at clsact
  * egress: there HTB would already have charged the full length.
  *
+ * A second program (section "tc/gap") times departures where they are
+ * visible after the shaper: at tc ingress of the far end of the link (the
+ * node's veth, in the node's namespace), with the port's slot in the filter's
+ * classid (1:slot+1; the program sees only its minor). For each frame it
+ * records the gap since the link's previous departure into a histogram of
+ * gap / ideal time of that previous frame at the port rate (braid_gap), but
+ * only while the link was busy: when the port's virtual queue still held more
+ * than that frame as it left.
+ *
  * Everything is configured from Python through pinned maps (testbed/ebpf.py):
  * no reload for loss, mark, down, rate, thresholds. Build: testbed/bpf/build.sh.
  */
@@ -111,6 +120,40 @@ struct {
 	__type(value, struct port_counters);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } braid_cnt SEC(".maps");
+
+/* Departure gaps of a busy link, in 1/GAP_UNIT of the ideal frame time: buckets
+ * 0..7 hold 0..7 units, then 8 per power of two (b = 8 * (e - 2) + next three
+ * bits, e = floor(log2 units)), so a bucket is at most 12.5% wide; the last
+ * bucket holds everything from 2^GAP_MAX_EXP units up. */
+#define GAP_UNIT 32
+#define GAP_MAX_EXP 26
+#define GAP_BUCKETS (8 * (GAP_MAX_EXP - 2) + 8)
+struct port_gap {
+	struct bpf_spin_lock lock;
+	__u32 last_len;   /* bytes of the previous departure */
+	__u64 last_ns;    /* when it arrived at the far end */
+	__u64 last_busy;  /* the virtual queue held more than it as it left */
+	__u64 gaps;       /* busy gaps recorded */
+	__u64 max_units;  /* the largest of them */
+	__u64 hist[GAP_BUCKETS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct port_gap);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} braid_gap SEC(".maps");
+
+/* The port rate by slot, for the far end (which cannot look up braid_cfg). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} braid_gap_rate SEC(".maps");
 
 /* Scratch space for the UDP checksum of a trimmed datagram. */
 struct scratch {
@@ -413,6 +456,70 @@ classified:
 tx_error:
 	cnt->tx_errors++;
 	return TC_ACT_SHOT;
+}
+
+static __always_inline __u32 gap_bucket(__u64 units)
+{
+	__u32 e = 0;
+	__u64 v = units;
+
+	if (units < 8)
+		return (__u32)units;
+	if (v >> 32) { v >>= 32; e += 32; }
+	if (v >> 16) { v >>= 16; e += 16; }
+	if (v >> 8) { v >>= 8; e += 8; }
+	if (v >> 4) { v >>= 4; e += 4; }
+	if (v >> 2) { v >>= 2; e += 2; }
+	if (v >> 1) { e += 1; }
+	if (e >= GAP_MAX_EXP)
+		return GAP_BUCKETS - 1;
+	return 8 * (e - 2) + ((units >> (e - 3)) & 7);
+}
+
+SEC("tc/gap")
+int braid_gap_prog(struct __sk_buff *skb)
+{
+	__u32 cid = skb->tc_classid, slot, len = skb->len, b;
+	struct port_gap *g;
+	struct port_queue *q;
+	__u64 *rate, now, ideal, gap, backlog_ns, prev_ns, prev_busy;
+	__u32 prev_len;
+
+	/* the kernel keeps only the classid's minor (a u16 in qdisc_skb_cb) */
+	if ((cid & 0xffff) == 0)
+		return TC_ACT_OK;
+	slot = (cid & 0xffff) - 1;
+	g = bpf_map_lookup_elem(&braid_gap, &slot);
+	q = bpf_map_lookup_elem(&braid_queue, &slot);
+	rate = bpf_map_lookup_elem(&braid_gap_rate, &slot);
+	if (!g || !q || !rate || !*rate)
+		return TC_ACT_OK;
+	now = bpf_ktime_get_ns();
+	/* What the port still had to send after this frame (racy read: a hint). */
+	backlog_ns = q->all_until > now ? q->all_until - now : 0;
+	ideal = bytes_to_ns(len, *rate);
+	bpf_spin_lock(&g->lock);
+	prev_ns = g->last_ns;
+	prev_len = g->last_len;
+	prev_busy = g->last_busy;
+	g->last_ns = now;
+	g->last_len = len;
+	g->last_busy = backlog_ns > ideal;
+	if (prev_busy && prev_ns && now > prev_ns) {
+		__u64 prev_ideal = bytes_to_ns(prev_len, *rate);
+
+		if (prev_ideal) {
+			gap = (now - prev_ns) * GAP_UNIT / prev_ideal;
+			b = gap_bucket(gap);
+			if (b < GAP_BUCKETS)
+				g->hist[b]++;
+			g->gaps++;
+			if (gap > g->max_units)
+				g->max_units = gap;
+		}
+	}
+	bpf_spin_unlock(&g->lock);
+	return TC_ACT_OK;
 }
 
 char _license[] SEC("license") = "GPL";

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,19 +124,37 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
             assert c["workers"] is not None and c["workers"] > 0, c
             if t["stack"].startswith("braid"):
                 assert c["daemons"] is not None and c["daemons"] > 0, c
+        # ... and whether the emulator kept up (docs/claims.md, Fidelity)
+        f = t["fidelity"]
+        assert f["faithful"] in (True, False, None) and isinstance(f["reasons"], list), f
+        assert (f["faithful"] is False) == bool(f["reasons"]), f
+        if t["ok"]:
+            assert f["cpu_saturated_share"] is not None and f["faithful"] is not None, f
+    # the ports timed departures on busy links (the incast's last hop at least)
+    assert any(t["fidelity"]["busy_gaps"] > 0 for t in data["transfers"])
+    assert any(t["gaps"] for t in data["transfers"])
+    # a verdict is withheld exactly where a row had a run that was not faithful
+    bad_rows = {t["row"] for t in data["transfers"] if t["fidelity"]["faithful"] is False}
+    for target in data["targets"]:
+        row = re.findall(r"^[a-z]*", target[0])[0]  # its first word, as the report reads it
+        if row in bad_rows and target[3] != "-":
+            assert target[3].startswith("no verdict: not faithful ("), target
+        else:
+            assert not target[3].startswith("no verdict"), target
     # the step-time CDF and a goodput-through-the-fault plot were drawn, in
     # the --out directory and named after the variant (a quick run is one)
     from tools.claims.report import run_name
 
     stem = run_name(data)
     assert stem.endswith("-quick"), stem
-    for name in (f"{stem}-step-cdf.png", f"{stem}-failover.png"):
+    for name in (f"{stem}-step-cdf.png", f"{stem}-failover.png", f"{stem}-summary.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "claims.md").read_text()
     assert "invisibility" in md and data["commit"] in md
     assert "parked within 5 srtt" in md and "10 srtt + one probe interval" in md
     assert "carrier loss" in md
     assert "the machine's CPU during each row's runs" in md
+    assert "fidelity of each row's runs" in md
 
 
 def test_claims_connection_setting_reaches_every_daemon(tmp_path: Path, unique_name: str
@@ -175,3 +194,27 @@ def test_claims_connection_setting_reaches_every_daemon(tmp_path: Path, unique_n
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "unknown key 'ack_evry'" in bad.stderr, bad.stderr
     assert not (tmp_path / "bad" / "claims.json").exists()
+
+
+def test_claims_rate_auto_probes_down_the_ladder(tmp_path: Path, unique_name: str) -> None:
+    """``--rate auto`` probes Braid at 100, 50, 25, 12 Mbit/s per plane until a
+    run is faithful, then runs the rows at that rate; the JSON, the report and
+    the daemons' configs agree on it."""
+    out, work = tmp_path / "o", tmp_path / "w"
+    r = _claims(["--quick", "--rows", "loss", "--stacks", "braid", "--rate", "auto",
+                 "--out", str(out), "--work", str(work)], unique_name, timeout=480)
+    data = json.loads((out / "claims.json").read_text())
+    ra = data["rate_auto"]
+    rates = [p["rate_mbit"] for p in ra["probes"]]
+    assert ra["ladder"] == [100, 50, 25, 12] and rates == ra["ladder"][:len(rates)], ra
+    # it stops at the first faithful probe, else takes the lowest rung
+    assert all(p["faithful"] is False for p in ra["probes"][:-1]), ra
+    assert data["rate_mbit"] == ra["rate_mbit"] == rates[-1], ra
+    assert ra["faithful"] == ra["probes"][-1]["faithful"], ra
+    assert all(f"rate auto: {x} Mbit/s per plane: fidelity: " in r.stderr for x in rates)
+    assert f"**--rate auto** chose {rates[-1]} Mbit/s" in (out / "claims.md").read_text()
+    import tomllib
+
+    conn = tomllib.loads((work / "h0.toml").read_text())["connection"]
+    assert conn["plane_rate"] == rates[-1] * 1e6 / 8, conn  # bytes/s of the chosen rate
+    assert all(t["ok"] for t in data["transfers"]), data["transfers"]

@@ -48,6 +48,9 @@ def test_demo_quick(tmp_path: Path, unique_name: str) -> None:
 
     rep = json.loads((out / "report.json").read_text())
     assert rep["ok"] and rep["failure"] is None
+    # the run says whether the emulator kept up, in the JSON and the report
+    assert rep["fidelity"]["faithful"] in (True, False), rep["fidelity"]
+    assert "fidelity: " in r.stdout
     tr = rep["transfer"]
     assert tr["verified"] and tr["received_bytes"] == tr["bytes"] == 64 << 20
 

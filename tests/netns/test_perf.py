@@ -74,6 +74,11 @@ def test_perf_reverse_parallel_json(bed: tuple[str, dict[str, str], Path]) -> No
     assert sorted(res["plane_share"]) == ["0", "1", "2", "3"]
     assert res["intervals"] and res["delivery_gap_s"]["max"] >= res["delivery_gap_s"]["median"]
     assert res["daemons_started"] == ["h1", "h0"]
+    # the run says whether the emulator kept up (machine CPU, the ports' gaps)
+    fid = res["fidelity"]
+    assert fid["faithful"] in (True, False) and isinstance(fid["reasons"], list), fid
+    assert 0.0 <= fid["cpu_saturated_share"] <= 1.0, fid
+    assert fid["faithful"] == (not fid["reasons"]), fid
     # the daemons it started are gone again, and recorded as gone
     assert not any(nsutil.pid_alive(p) for p in _daemon_pids(run, name))
 
@@ -91,6 +96,7 @@ def test_perf_fails_in_one_line_when_every_plane_dies(
     assert len(err) == 1 and err[0].startswith("braid perf: FAILED: "), r.stderr
     assert "Traceback" not in r.stdout + r.stderr
     assert "fault at" in r.stdout and "INCOMPLETE" in r.stdout
+    assert "  fidelity: " in r.stdout
 
 
 def test_daemons_up_status_and_down_removes_them(

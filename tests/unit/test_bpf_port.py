@@ -104,3 +104,41 @@ def test_htb_commands_put_control_first() -> None:
     assert all("quantum 9014" in c for c in cmds if "prio" in c)  # jumbo frames fit
     assert ebpf.htb_commands("xb", 0, 1500) == []
     assert ebpf.htb_commands("xb", 0, 1500, replace=True) == ["qdisc del dev xb root"]
+
+
+def test_gap_histogram_matches_the_c_side() -> None:
+    d = _defines()
+    assert (d["GAP_UNIT"], d["GAP_MAX_EXP"]) == (ebpf.GAP_UNIT, ebpf.GAP_MAX_EXP)
+    text = (BPF / "port.c").read_text()
+    gap = re.search(r"struct port_gap \{(.*?)\};", text, re.S)
+    assert gap is not None
+    assert re.findall(r"__u(\d+) \w+;", gap.group(1)) == ["32", "64", "64", "64", "64"]
+    assert ebpf.GAP.size == 4 + 4 + 4 * 8 + 8 * ebpf.GAP_BUCKETS  # lock, len, 4 u64s, hist
+
+
+def test_gap_buckets_tile_the_ratio_axis() -> None:
+    # every unit count falls inside its bucket's bounds; buckets are contiguous
+    for units in [*range(0, 600), 1000, 4095, 4096, 123_456, 2**25, 2**26 - 1]:
+        b = ebpf.gap_bucket(units)
+        lo, hi = ebpf.gap_bucket_bounds(b)
+        assert lo <= units / ebpf.GAP_UNIT < hi, (units, b, lo, hi)
+    for b in range(ebpf.GAP_BUCKETS - 1):
+        assert ebpf.gap_bucket_bounds(b)[1] == ebpf.gap_bucket_bounds(b + 1)[0]
+    assert ebpf.gap_bucket(2**40) == ebpf.GAP_BUCKETS - 1
+    # one ideal frame time starts a bucket at most 12.5% wide
+    lo, hi = ebpf.gap_bucket_bounds(ebpf.gap_bucket(ebpf.GAP_UNIT))
+    assert lo == 1.0 and hi == 1.125
+
+
+def test_gap_summary_and_window_delta() -> None:
+    hist = [0] * ebpf.GAP_BUCKETS
+    for units, n in ((32, 90), (40, 9), (200, 1)):  # 1.0 x90, 1.25 x9, 6.25 x1
+        hist[ebpf.gap_bucket(units)] += n
+    s = ebpf.gap_summary(hist, max_units=200)
+    assert s["gaps"] == 100 and s["p50"] == 1.125 and s["max"] == 6.25
+    assert s["p99"] == 1.375  # the 99th gap is a 1.25: its bucket's upper bound
+    assert ebpf.gap_summary([0] * ebpf.GAP_BUCKETS)["p99"] is None
+    before = {"hist": [0] * ebpf.GAP_BUCKETS, "max_units": 200, "rate_bps": 10**8}
+    d = ebpf.gap_delta(before, {"hist": hist, "max_units": 200, "rate_bps": 10**8})
+    assert d["hist"] == hist and d["max_units"] == 0  # the max is from before the window
+    assert ebpf.gap_summary(d["hist"], d["max_units"])["max"] == 6.5  # bucket's top

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.claims import cpu as claims_cpu
+from tools.claims.fidelity import gap_window
 from tools.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,6 +177,8 @@ class ClaimsFabric:
         self.daemons: dict[int, subprocess.Popen[Any]] = {}
         #: The last run's CPU (tools/claims/cpu.py ``run_share``), None if unknown.
         self.last_cpu: dict[str, Any] | None = None
+        #: The last run's busy-link departure gaps per port (fidelity.gap_window).
+        self.last_gaps: dict[str, Any] | None = None
         self.logs: list[Any] = []
         self.run_id = int(time.time()) % 100000 * 100
 
@@ -320,6 +323,7 @@ class ClaimsFabric:
 
         self.run_id += 1
         self.last_cpu = None
+        self.last_gaps = None
         self.last_queue_wait = None
         waits0: dict[int, Any] | None = None
         steps = []
@@ -352,6 +356,7 @@ class ClaimsFabric:
                         "errors": [f"h{h}: worker not ready: {line}"]})
             if self.queue_wait and stack.startswith("braid"):
                 waits0 = self.queue_waits()
+            gaps0 = self._port_gaps()
             go = time.monotonic() + 0.3
             for p in procs.values():
                 assert p.stdin is not None
@@ -378,6 +383,8 @@ class ClaimsFabric:
                         break
                     rd.unparsed.append(f"{len(line)} chars: {line[:80]!r}...{line[-80:]!r}")
             self.last_cpu = self._cpu_share(cpu0, results)
+            if gaps0:
+                self.last_gaps = gap_window(gaps0, self._port_gaps())
             if waits0 is not None:
                 self.last_queue_wait = self._queue_wait_share(waits0, self.queue_waits())
             if thread is not None:
@@ -412,6 +419,14 @@ class ClaimsFabric:
             raise UserError(f"Braid daemon(s) exited during a run: {', '.join(dead)}")
         return results
 
+
+    def _port_gaps(self) -> dict[str, Any]:
+        """The eBPF ports' departure-gap histograms now ({} if unreadable)."""
+        try:
+            gaps: dict[str, Any] = self.tb.port_gaps()
+        except Exception:  # a fidelity record must never fail a run
+            return {}
+        return gaps
 
     def _cpu_share(self, start: tuple[claims_cpu.Jiffies | None, float, dict[int, float],
                                       claims_cpu.Sampler],

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.bench_common import markdown_table, replace_section, text_table
+from tools.claims import fidelity_report as fr
 from tools.claims import metrics as m
 from tools.claims.rows import CE_MARK
 
@@ -310,6 +311,7 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
     for line in out:
         if line[3].startswith("NOT met"):
             line[3] += _cpu_note(cpu, _row_of(line[0]))
+    fr.withhold_verdicts(data, out, _row_of)  # none from a run that was not faithful
     return out
 
 
@@ -461,6 +463,9 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
                     ["row", "stack", "runs", "busy median", "busy max",
                      "saturated (>= 95%) 100 ms intervals, median / max", "steal max",
                      "Braid daemons median", "workers median"], rows))
+    fid = fr.table(data)
+    if fid:
+        out.append(fid)
     qw = queue_wait_rows(data)
     if qw:
         out.append(("socket-queue waits of the Braid daemons in each run (--queue-wait: how long "
@@ -506,6 +511,9 @@ def markdown(data: dict[str, Any], plots: list[Path], docs_dir: Path | None) -> 
              + (f"; 1-minute load average {data['loadavg']['start'][0]:.1f} at the start, "
                 f"{data['loadavg']['end'][0]:.1f} at the end (2 CPUs)"
                 if data.get("loadavg") else "") + "."]
+    auto = fr.rate_auto_text(data)
+    if auto:
+        parts.append(auto)
     tg = targets(data)
     if tg:
         parts.append("**Targets, Braid today** (same run)\n\n" + markdown_table(
@@ -547,6 +555,10 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
     # The full matrix's plots are claims-*.png; a partial run or another
     # fabric names its own after its docs section, so it never replaces them.
     stem = run_name(data)
+    bad = fr.unfaithful(data)  # their series are labelled [NOT FAITHFUL]
+    summary = fr.summary_plot(data, plots_dir, stem)
+    if summary:
+        out.append(summary)
     inv = R.get("invisibility", {}).get("series")
     if inv:
         stacks = sorted({k.split("/")[0] for k in inv})
@@ -558,7 +570,7 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
                     continue
                 s = sorted(x * 1000 for x in xs)
                 ax.step(s, [(i + 1) / len(s) for i in range(len(s))], where="post",
-                        label="/".join(key.split("/")[1:]))
+                        label=fr.mark(bad, "invisibility", key).split("/", 1)[1])
             ax.set_xscale("log")
             ax.set_title(f"{st}: step time CDF")
             ax.set_xlabel("step time (ms)")
@@ -580,7 +592,7 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
                 continue
             ends = list(itertools.accumulate(xs))
             ax.plot(ends, [x * 1000 for x in xs], marker=".", lw=0.8, ms=3,
-                    label=key.rsplit("/", 1)[0])
+                    label=fr.mark(bad, "invisibility", key).replace("/faulted", "", 1))
         for ev in R["invisibility"].get("timeline", []):
             mt = re.match(r"at ([\d.]+) (.*)", ev)
             if mt:
@@ -607,7 +619,8 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
         for key, bins in sorted(series.items()):
             w = m.windows(bins, 5)
             ax.plot([(i + 5) * m.BIN_S for i in range(len(w))],
-                    [x * 8 / (5 * m.BIN_S) / 1e6 for x in w], label=key, lw=1)
+                    [x * 8 / (5 * m.BIN_S) / 1e6 for x in w], label=fr.mark(bad, row, key),
+                    lw=1)
         if R[row].get("fault_at") is not None:
             ax.axvline(R[row]["fault_at"], color="k", ls="--", lw=0.8)
         ax.set_xlabel("seconds")

@@ -24,6 +24,8 @@ from tools.claims import cpu as claims_cpu
 from tools.claims import fabric as cf
 from tools.claims import metrics as m
 from tools.claims.fabric import ClaimsFabric
+from tools.claims.fidelity import judge
+from tools.claims.fidelity import line as fidelity_line
 from transport.sender import RECOVERY_KEYS
 
 #: TCP's header bytes in a full segment: IPv4 20, TCP 20, timestamps 12.
@@ -87,6 +89,10 @@ def _record(ctx: Ctx, row: str, stack: str, label: str, res: dict[int, dict[str,
                           "cpu": ctx.fab.last_cpu,
                           # --queue-wait: each Braid daemon's socket-queue waits.
                           "queue_wait": ctx.fab.last_queue_wait,
+                          # Whether the emulator kept up (tools/claims/fidelity.py).
+                          "fidelity": judge(ctx.fab.last_cpu, ctx.fab.last_gaps,
+                                            ctx.fab.last_queue_wait),
+                          "gaps": ctx.fab.last_gaps,
                           "hosts": {str(h): {"steps": len(r.get("done", [])),
                                              "errors": r.get("errors", [])[:3],
                                              "conns": r.get("conns"), "kernel": r.get("kernel"),
@@ -96,6 +102,8 @@ def _record(ctx: Ctx, row: str, stack: str, label: str, res: dict[int, dict[str,
                                     for h, r in res.items()}})
     if not ok:
         ctx.say(f"  {row}/{stack}/{label}: FAILED: {'; '.join(errs[:2])} (bad {bad})")
+    if ctx.transfers[-1]["fidelity"]["faithful"] is False:
+        ctx.say(f"  {row}/{stack}/{label}: {fidelity_line(ctx.transfers[-1]['fidelity'])}")
     return ok
 
 

@@ -283,6 +283,10 @@ def print_report(rep: dict[str, Any]) -> None:
     else:
         print(f"transfer {rep['sender']} -> {rep['receiver']}: {tr['bytes'] / 2**20:.0f} MiB "
               f"in {_num(tr['send_seconds'])} s, {_num(tr['goodput_Mbps'])} Mbit/s  [{ok}]")
+    if rep.get("fidelity"):
+        from tools.claims.fidelity import line
+
+        print(line(rep["fidelity"]))
     print("faults fired: " + ("; ".join(f"{f['t']:.2f}s {f['event']}"
                                         for f in rep["faults_fired"]) or "none"))
     print("goodput (Mbit/s): slow start until {:.2f}s | before faults {} | during faults {} | "

@@ -291,6 +291,7 @@ def _last_json(path: Path) -> dict[str, Any] | None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from tools.claims.fidelity import Monitor
     from tools.cmd_transfer import parse_size
     from tools.demo import DEFAULT_SIZE, QUICK_SIZE
 
@@ -377,6 +378,7 @@ def run_demo(args: argparse.Namespace) -> int:
         say(f"sending {size / 2**20:.0f} MiB {SENDER} -> {RECEIVER}; timeline "
             f"{tl_path.name}: " + "; ".join(f"{e.at:g}s {_fault_text(e)}" for e in events))
         t0 = time.monotonic()
+        monitor = Monitor(tb).start()  # did the emulator keep up? (docs/claims.md)
         send = procs.start(tb, SENDER, "send", [
             "send", "--to", RECEIVER, "--size", str(size), "--chunk", "1MiB", "--json",
             "--config", str(cfgs[SENDER])], work / "send.log")
@@ -428,6 +430,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 break
             time.sleep(0.1)
         t_end = time.monotonic() - t0
+        fidelity = monitor.stop()
         if failure is None and send.returncode != 0:
             failure = f"braid send failed (exit {send.returncode}): {_tail(work / 'send.log')}"
         if failure is None:
@@ -457,6 +460,7 @@ def run_demo(args: argparse.Namespace) -> int:
             "testbed": args.name, "element": sorted(set(
                 (tb.state.data.get("element_kinds") or {}).values())),
             "timeline_errors": tl_err, "sampler_error": sampler.error,
+            "fidelity": fidelity,
         })
         png = out / "demo.png"
         try:

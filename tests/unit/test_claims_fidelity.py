@@ -1,0 +1,170 @@
+"""The fidelity monitor: which runs are faithful, the report's withheld verdicts
+and --rate auto's search (tools/claims/fidelity.py, fidelity_report.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed import ebpf
+from tools.claims import cpu as claims_cpu
+from tools.claims import fidelity as fd
+from tools.claims import fidelity_report as fr
+
+
+def _cpu(busy_samples: list[float]) -> dict[str, Any] | None:
+    """A real ``run_share`` record over crafted 100 ms samples."""
+    a = claims_cpu.Jiffies(busy=0, steal=0, total=0)
+    b = claims_cpu.Jiffies(busy=100, steal=0, total=200)
+    return claims_cpu.run_share(a, b, 10.0, 2, None, None, busy_samples)
+
+
+def _port(gaps: list[tuple[int, int]], rate_bps: int = 10**8) -> dict[str, Any]:
+    """A port's raw gap record: (units of 1/GAP_UNIT ideal, count) pairs."""
+    hist = [0] * ebpf.GAP_BUCKETS
+    for units, n in gaps:
+        hist[ebpf.gap_bucket(units)] += n
+    return {"hist": hist, "max_units": max(u for u, _ in gaps), "rate_bps": rate_bps}
+
+
+EMPTY = {"hist": [0] * ebpf.GAP_BUCKETS, "max_units": 0, "rate_bps": 10**8}
+CALM = _port([(32, 900), (36, 90), (44, 10)])  # 1.0, 1.125, 1.375 ideal
+
+
+def test_a_calm_run_is_faithful() -> None:
+    gaps = fd.gap_window({"h0:p0/up": EMPTY}, {"h0:p0/up": CALM})
+    f = fd.judge(_cpu([0.5] * 96 + [0.97] * 4), gaps)
+    assert f["faithful"] is True and f["reasons"] == []
+    assert f["cpu_saturated_share"] == 0.04
+    assert f["p99_gap_ratio"] == pytest.approx(1.25)  # the 99th percentile's bucket top
+    assert f["busy_links"] == 1 and f["busy_gaps"] == 1000
+    assert gaps["h0:p0/up"]["rate_mbit"] == 100.0
+
+
+def test_saturated_hosts_make_a_run_unfaithful() -> None:
+    f = fd.judge(_cpu([0.99] * 30 + [0.4] * 70), {"h0:p0/up": ebpf.gap_summary(CALM["hist"])})
+    assert f["faithful"] is False
+    assert f["reasons"] == ["hosts saturated in 30% of 100 ms intervals (limit 5%)"]
+
+
+def test_late_departures_make_a_run_unfaithful_and_name_the_link() -> None:
+    late = _port([(32, 950), (96, 50)])  # 5% of busy gaps at 3 ideal frame times
+    gaps = fd.gap_window({}, {"h1:p0/down": late, "h0:p0/up": CALM})
+    f = fd.judge(_cpu([0.3] * 100), gaps)
+    assert f["faithful"] is False and f["worst_link"] == "h1:p0/down"
+    assert f["p99_gap_ratio"] == 3.0 and f["max_gap_ratio"] == 3.0
+    assert f["reasons"] == ["link h1:p0/down: p99 departure gap 3.00x the ideal frame time "
+                            "(limit 2x)"]
+    both = fd.judge(_cpu([1.0] * 100), gaps)
+    assert len(both["reasons"]) == 2
+
+
+def test_few_busy_gaps_and_nothing_measured_are_not_judged() -> None:
+    few = fd.gap_window({}, {"h0:p0/up": _port([(320, fd.MIN_BUSY_GAPS - 1)])})
+    f = fd.judge(None, few)
+    assert f["faithful"] is None and f["p99_gap_ratio"] is None
+    assert fd.judge(None, None)["faithful"] is None
+    assert fd.line(fd.judge(None, None)) == "fidelity: not measured"
+
+
+def test_queue_waits_are_reported_not_judged() -> None:
+    qw = {"h0": {"mean_us": 900.0, "p99_us": 8000.0}, "h1": {"mean_us": 100.0, "p99_us": 500.0}}
+    f = fd.judge(_cpu([0.2] * 100), {}, qw)
+    assert f["faithful"] is True
+    assert f["queue_wait_worst"] == {"host": "h0", "mean_ms": 0.9, "p99_ms": 8.0}
+
+
+def _transfer(row: str, stack: str, run: str, fid: dict[str, Any]) -> dict[str, Any]:
+    return {"row": row, "stack": stack, "run": run, "ok": True, "fidelity": fid}
+
+
+def test_the_report_withholds_verdicts_of_unfaithful_rows() -> None:
+    from tools.claims import report
+
+    def incast(p100: float) -> dict[str, object]:
+        return {"bursts": 3, "completion_p50_over_ideal": 1.0,
+                "completion_p100_over_ideal": p100, "ideal_ms": 90.0, "rtos": 0,
+                "victim_ratio": 0.9, "complete": True}
+
+    sat = fd.judge(_cpu([1.0] * 40 + [0.2] * 60), None)
+    calm = fd.judge(_cpu([0.2] * 100), None)
+    data: dict[str, Any] = {"rows": {"incast": {"senders": 8, "per_stack": {
+        "braid": incast(1.5)}}}, "transfers": [_transfer("incast", "tcp", "x", calm)]}
+    target = next(t for t in report.targets(data) if t[0].startswith("incast"))
+    assert target[-1] == "NOT met"  # every run faithful: the verdict stands
+    data["transfers"].append(_transfer("incast", "braid", "x", sat))
+    target = next(t for t in report.targets(data) if t[0].startswith("incast"))
+    assert target[-1] == ("no verdict: not faithful (braid: hosts saturated in 40% of "
+                          "100 ms intervals (limit 5%))")
+    table = {(r[0], r[1]): r for _t, h, rs in report.tables(data) for r in rs
+             if h[0] == "row" and h[3] == "faithful"}
+    assert table[("incast", "braid")][3:6] == ["NO", "1", "40"]
+    assert table[("incast", "tcp")][3] == "yes"
+    md = report.markdown({**data, "environment": {"time": "t", "machine": "m", "cpus": 2,
+                                                  "system": "s", "python": "3"},
+                          "commit": "c", "quick": True, "hosts": 5, "element": "e",
+                          "seconds": 1.0}, [], None)
+    assert "no verdict: not faithful" in md and "fidelity of each row's runs" in md
+
+
+def test_plots_mark_unfaithful_runs(tmp_path: Path) -> None:
+    sat = fd.judge(_cpu([1.0] * 100), None)
+    bad = {("invisibility", "braid", "alltoall/faulted"), ("failover", "tcp", "faulted")}
+    assert fr.mark(bad, "invisibility", "braid/alltoall/faulted").endswith("[NOT FAITHFUL]")
+    assert fr.mark(bad, "invisibility", "braid/alltoall/fault_free") == \
+        "braid/alltoall/fault_free"
+    assert fr.mark(bad, "failover", "tcp/faulted").endswith("[NOT FAITHFUL]")
+    per = {"fault_free": {"p100": 0.05}, "faulted": {"p100": 0.2}}
+    data = {"rows": {"invisibility": {"per_stack": {
+        "braid": {**per, "floor": {"p100": 0.1}}, "tcp": per}}},
+        "transfers": [_transfer("invisibility", "braid", "alltoall/faulted", sat)]}
+    assert fr.unfaithful(data) == {("invisibility", "braid", "alltoall/faulted")}
+    path = fr.summary_plot(data, tmp_path, "claims")
+    assert path is not None and path.name == "claims-summary.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert fr.summary_plot({"rows": {}}, tmp_path, "x") is None
+
+
+def test_rate_auto_takes_the_highest_faithful_rung() -> None:
+    tried: list[int] = []
+
+    def probe(rate: int) -> dict[str, Any]:  # faithful from 25 Mbit/s down
+        tried.append(rate)
+        return fd.judge(_cpu([1.0 if rate > 25 else 0.3] * 100), None)
+
+    said: list[str] = []
+    r = fd.search_rate(probe, (12, 100, 25, 50), said.append)
+    assert tried == [100, 50, 25] and r["rate_mbit"] == 25 and r["faithful"] is True
+    assert [p["faithful"] for p in r["probes"]] == [False, False, True]
+    assert "NOT faithful" in said[0] and "faithful" in said[2]
+
+
+def test_rate_auto_is_bounded_and_settles_on_the_lowest_rung() -> None:
+    tried: list[int] = []
+
+    def probe(rate: int) -> dict[str, Any]:
+        tried.append(rate)
+        return fd.judge(_cpu([1.0] * 100), None)
+
+    r = fd.search_rate(probe, (100, 50, 25, 12))
+    assert tried == [100, 50, 25, 12]  # one probe per rung, no more
+    assert r == {**r, "rate_mbit": 12, "faithful": False}
+    first = fd.search_rate(lambda rate: fd.judge(None, None), (100, 50))
+    assert first["rate_mbit"] == 100 and len(first["probes"]) == 1  # nothing to judge by
+    with pytest.raises(ValueError):
+        fd.search_rate(probe, ())
+    text = fr.rate_auto_text({"rate_auto": {**r, "ladder": [100, 50, 25, 12],
+                                            "probe": "3 s all-to-all over 4 hosts"}})
+    assert text is not None and "chose 12 Mbit/s" in text and "none was," in text
+
+
+def test_rate_argument_takes_auto_or_a_number() -> None:
+    import argparse
+
+    from tools import bench_claims
+
+    assert bench_claims._rate_arg("auto") == "auto" and bench_claims._rate_arg("50") == 50
+    with pytest.raises(argparse.ArgumentTypeError):
+        bench_claims._rate_arg("fast")

@@ -1,0 +1,160 @@
+"""The claims report's fidelity parts: which verdicts stand, a table per row
+and stack, plot markers and the summary figure (tools/claims/fidelity.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tools.claims.fidelity import combine, no_verdict
+
+
+def _group(stack: str) -> str:
+    return "braid" if stack.startswith("braid") else stack
+
+
+def by_row(data: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (row, stack): its runs' fidelity combined (``fidelity.combine``)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for t in data.get("transfers", []):
+        if isinstance(t.get("fidelity"), dict):
+            groups.setdefault((t["row"], _group(t["stack"])), []).append(t["fidelity"])
+    return {k: combine(v) for k, v in groups.items()}
+
+
+def row_fidelity(data: Mapping[str, Any], row: str) -> dict[str, Any]:
+    """A row's fidelity over every stack (a verdict compares them all); each
+    reason names its stack."""
+    parts = []
+    for (r, stack), f in by_row(data).items():
+        if r == row:
+            parts.append({**f, "reasons": [f"{stack}: {x}" for x in f["reasons"]]})
+    return combine(parts)
+
+
+def withhold_verdicts(data: Mapping[str, Any], lines: list[list[str]],
+                      row_of: Any) -> None:
+    """Replace the met / NOT met of every target line whose row has a run that
+    was not faithful with "no verdict: not faithful (reason)"."""
+    cache: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        if not line[3].startswith(("met", "NOT met")):
+            continue
+        row = row_of(line[0])
+        fid = cache.setdefault(row, row_fidelity(data, row))
+        if fid["faithful"] is False:
+            line[3] = no_verdict(fid)
+
+
+def _f(x: Any, nd: int = 2) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def table(data: Mapping[str, Any]) -> tuple[str, list[str], list[list[str]]] | None:
+    """(title, header, rows): one line per row and stack."""
+    fid = by_row(data)
+    if not fid:
+        return None
+    rows = []
+    for (row, stack), f in fid.items():
+        sat = f["cpu_saturated_share"]
+        rows.append([row, stack, str(f["runs"]),
+                     {True: "yes", False: "NO", None: "-"}[f["faithful"]],
+                     str(f["not_faithful"]), "-" if sat is None else f"{sat * 100:.0f}",
+                     _f(f["p99_gap_ratio"]), _f(f["max_gap_ratio"]),
+                     "; ".join(f["reasons"][:2]) or "-"])
+    return ("fidelity of each row's runs (docs/claims.md, Fidelity: a run is not faithful "
+            "with its hosts saturated in > 5% of 100 ms intervals or a busy link's p99 "
+            "departure gap > 2 ideal frame times; no verdict is taken from it)",
+            ["row", "stack", "runs", "faithful", "not faithful", "saturated % max",
+             "p99 gap / ideal, worst", "max gap / ideal", "reasons"], rows)
+
+
+def unfaithful(data: Mapping[str, Any]) -> set[tuple[str, str, str]]:
+    """(row, stack, run) of every run that was not faithful."""
+    return {(t["row"], t["stack"], t["run"]) for t in data.get("transfers", [])
+            if isinstance(t.get("fidelity"), dict) and t["fidelity"].get("faithful") is False}
+
+
+def mark(bad: set[tuple[str, str, str]], row: str, key: str) -> str:
+    """A plot label for series ``key`` ('stack/run' or 'stack'), marked when
+    its run was not faithful."""
+    stack, _, run = key.partition("/")
+    return f"{key} [NOT FAITHFUL]" if (row, stack, run or row) in bad else key
+
+
+def summary_plot(data: Mapping[str, Any], plots_dir: Path, stem: str) -> Path | None:
+    """One PNG: the invisibility row's p100 step time per stack, fault-free and
+    under the fault timeline, with Braid's one-plane-down floor; runs that
+    were not faithful are hatched and flagged."""
+    inv = data.get("rows", {}).get("invisibility", {}).get("per_stack")
+    if not inv:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bad = unfaithful(data)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.9 * len(inv)), 3.8))
+    width = 0.38
+    top = 0.0
+    for i, (key, v) in enumerate(inv.items()):
+        stack, _, pat = key.partition("/")
+        pat = pat or "alltoall"
+        for j, (label, color) in enumerate((("fault_free", "tab:blue"),
+                                             ("faulted", "tab:orange"))):
+            p100 = (v.get(label) or {}).get("p100")
+            if p100 is None:
+                continue
+            ms = p100 * 1000
+            top = max(top, ms)
+            x = i + (j - 0.5) * width
+            nf = ("invisibility", stack, f"{pat}/{label}") in bad
+            ax.bar(x, ms, width * 0.95, color=color, alpha=0.45 if nf else 0.9,
+                   hatch="xx" if nf else None, edgecolor="red" if nf else color,
+                   label=label.replace("_", "-") if i == 0 else None)
+            if nf:
+                ax.text(x, ms, "not\nfaithful", ha="center", va="bottom", fontsize=7,
+                        color="red")
+        floor = (v.get("floor") or {}).get("p100")
+        if floor is not None:
+            ms = floor * 1000
+            top = max(top, ms)
+            nf = ("invisibility", stack, f"{pat}/floor") in bad
+            ax.plot([i - width, i + width], [ms, ms], color="red" if nf else "k", ls="--",
+                    lw=1.2, label="floor: plane 1 down throughout" if i == 0 else None)
+    ax.set_xticks(range(len(inv)))
+    ax.set_xticklabels(list(inv))
+    ax.set_ylabel("p100 step time (ms)")
+    ax.set_ylim(0, top * 1.25 if top else 1)
+    rate = data.get("rate_mbit", 100)
+    ax.set_title(f"invisibility: worst step, fault-free vs fault timeline ({rate} Mbit/s "
+                 "per plane)\nhatched: the run was not faithful (no verdict from it)",
+                 fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    path = plots_dir / f"{stem}-summary.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def rate_auto_text(data: Mapping[str, Any]) -> str | None:
+    """The --rate auto search in one paragraph, or None for a fixed rate."""
+    ra = data.get("rate_auto")
+    if not ra:
+        return None
+    probes = "; ".join(
+        f"{p['rate_mbit']} Mbit/s: " + ({True: "faithful", False: "not faithful",
+                                         None: "not measured"}[p["faithful"]])
+        + (f" ({p['reasons'][0]})" if p.get("reasons") else "")
+        for p in ra["probes"])
+    return (f"**--rate auto** chose {ra['rate_mbit']} Mbit/s per plane: a {ra['probe']} "
+            f"probe run of Braid at each rate of {', '.join(str(r) for r in ra['ladder'])} "
+            f"Mbit/s, highest first, until one was faithful ({probes})"
+            + ("" if ra.get("faithful") is not False
+               else "; none was, so the lowest rate was taken") + ".")
