@@ -392,7 +392,7 @@ def verdicts(fabric: dict[str, Any]) -> list[dict[str, Any]]:
     def one(name: str, num: str, den: str, key: str, target: float) -> None:
         a, b = st.get(num), st.get(den)
         row: dict[str, Any] = {"target": name, "limit": target, "ratio": None, "verdict": None}
-        if not a or not b or a.get("error") or b.get("error"):
+        if not a or not b or any(x.get("error") or x.get("skipped") for x in (a, b)):
             row["verdict"] = "no verdict: a stack did not run"
         elif a.get(key) is None or b.get(key) in (None, 0):
             row["verdict"] = "no verdict: no figure"
@@ -608,6 +608,7 @@ class Run:
             rx = self._spawn("tcp-rx", {"kind": "tcp-rx", "time": secs, "addrs": a1}, tree, "h1")
             tx = self._spawn("tcp-tx", {"kind": "tcp-tx", "time": secs, "addrs": a0,
                                         "peer_addrs": a1}, tree, "h0")
+        ok = False
         try:
             deadline = time.monotonic() + 60
             for w in (rx, tx):
@@ -636,14 +637,16 @@ class Run:
             io1 = {h: _daemon_io(s) for h, s in socks.items()}
             for w in (rx, tx):
                 w.say("exit")
+            ok = True
         finally:
             for w in (rx, tx):
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    w.proc.wait(timeout=5)
+                if ok:  # interrupted or failed: no waiting
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        w.proc.wait(timeout=5)
                 w.kill()
                 self.workers.remove(w)
             if socks:
-                daemons.stop_daemons(tb, ["h0", "h1"], grace=5)
+                daemons.stop_daemons(tb, ["h0", "h1"], grace=5 if ok else 1)
         proc_s = {k: max(0.0, (p1[k] or 0.0) - (p0[k] or 0.0)) for k in pids
                   if p0.get(k) is not None and p1.get(k) is not None}
         cpu = ccpu.columns_between(m0, m1) if m0 and m1 else {}
@@ -839,7 +842,7 @@ def _plot(results: dict[str, Any], path: Path) -> Path | None:
             if any(not r.get("error") and not r.get("skipped") for r in fab["stacks"].values())]
     if not fabs:
         return None
-    fig, axes = plt.subplots(1, len(fabs), figsize=(5.5 * len(fabs), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(fabs), figsize=(max(7.0, 5.5 * len(fabs)), 4.2), squeeze=False)
     colours = {"tx daemon": "#1f77b4", "rx daemon": "#aec7e8", "tx client": "#ff7f0e",
                "rx client": "#ffbb78", "tx endpoint": "#2ca02c", "rx endpoint": "#98df8a",
                "tx process": "#9467bd", "rx process": "#c5b0d5", "rest of machine": "#c7c7c7"}
@@ -864,7 +867,7 @@ def _plot(results: dict[str, Any], path: Path) -> Path | None:
         ax.set_ylabel("CPU seconds per GB delivered")
         ax.set_title(f"{fabric}")
         ax.legend(fontsize=7, loc="upper right")
-    fig.suptitle("braid bench paced: CPU per GB by process; grey = rest of the machine")
+    fig.suptitle("braid bench paced: CPU-s per GB by process (grey: rest of the machine)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
