@@ -20,7 +20,9 @@ checkout (``--baseline-tree PATH``, run with ``PYTHONPATH=PATH``);
 ``inproc``: Braid with an in-process endpoint when ``braid.open`` exists
 (skipped with the reason otherwise); ``tcp``: kernel TCP, one stream per
 plane, each bound to its plane's addresses (the same bytes over the same
-shaped planes). Each sends for ``--time`` seconds from a common go.
+shaped planes); ``mptcp``: one kernel MPTCP connection with a subflow per
+plane (skipped without kernel MPTCP). Each sends for ``--time`` seconds
+from a common go.
 
 Per stack: goodput (and its share of the planes' capacity); CPU seconds per
 GB delivered of every process (``/proc/PID/stat`` utime+stime from go to the
@@ -62,7 +64,8 @@ from typing import Any
 
 HELP = "CPU per byte at paced fabric rates: Braid (daemons, baseline tree) vs kernel TCP"
 NAME = "paced"
-STACKS = ("braid", "baseline", "inproc", "tcp")
+STACKS = ("braid", "baseline", "inproc", "tcp", "mptcp")
+IPPROTO_MPTCP = 262
 FABRICS = ("shaped", "veth")
 TCP_PORT = 5311
 CHUNK = 256 << 10
@@ -77,6 +80,9 @@ SATURATED_FLAG = "CPU-saturated: figures measure the emulator"
 #: with Braid over kernel TCP's.
 TARGET_VS_BASELINE = 0.2
 TARGET_VS_TCP = 1.5
+#: Seconds of the machine read with every process of a stack up and idle,
+#: just before its go: the background load of a shared machine.
+BACKGROUND_S = 1.0
 
 
 # -- workers (``python -P tools/bench_paced.py worker SPEC``; stdlib only at import) ---------
@@ -203,13 +209,16 @@ async def _braid_worker(spec: dict[str, Any]) -> None:
 
 
 def _tcp_worker(spec: dict[str, Any]) -> None:
-    """One TCP stream per plane: rx listens on each plane address, tx binds
-    each connection to its plane's address (the host routes it on that plane)."""
+    """One TCP stream per address: rx listens on each, tx binds each
+    connection to its plane's address (the host routes it on that plane).
+    ``proto`` 262: MPTCP (one address; the kernel adds the other planes'
+    subflows)."""
     seconds = float(spec["time"])
+    proto = int(spec.get("proto", 0))
     if spec["kind"] == "tcp-rx":
         srvs = []
         for a in spec["addrs"]:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((a, TCP_PORT))
             s.listen(1)
@@ -242,8 +251,9 @@ def _tcp_worker(spec: dict[str, Any]) -> None:
     block = os.urandom(CHUNK)
 
     def stream(i: int) -> None:
-        s = socket.create_connection((spec["peer_addrs"][i], TCP_PORT),
-                                     source_address=(spec["addrs"][i], 0))
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+        s.bind((spec["addrs"][i], 0))
+        s.connect((spec["peer_addrs"][i], TCP_PORT))
         while time.monotonic() < go + seconds:
             s.sendall(block)
             sent[i] += CHUNK
@@ -351,10 +361,13 @@ def wakeup_figures(before: dict[str, Any], after: dict[str, Any], seconds: float
 def stack_figures(*, stack: str, rx: dict[str, Any], tx: dict[str, Any],
                   proc_s: dict[str, float], cpu: dict[str, float], samples: list[float],
                   seconds_sent: float, capacity_mbit: float | None,
-                  braid_procs: list[str]) -> dict[str, Any]:
+                  braid_procs: list[str], background: float | None = None) -> dict[str, Any]:
     """One stack's figures from its workers' results, the per-process CPU
     seconds (name -> s), the machine's ``/proc/stat`` column deltas (CPU
-    seconds, ``columns_between``) and the 100 ms busy samples."""
+    seconds, ``columns_between``) and the 100 ms busy samples. ``background``:
+    the machine's busy share just before the run with the stack idle (other
+    load on a shared machine); the machine's figures net of it are an
+    estimate, as that load moves."""
     delivered = int(rx.get("bytes", 0))
     wall = max(float(rx.get("t_last", 0.0)) - float(rx.get("t_go", 0.0)), 1e-9)
     gb = delivered / 1e9
@@ -377,10 +390,53 @@ def stack_figures(*, stack: str, rx: dict[str, Any], tx: dict[str, Any],
         "softirq_share": round(cpu.get("softirq", 0.0) / total, 3) if total else None,
         "softirq_cpu_s_per_GB": round(cpu.get("softirq", 0.0) / gb, 2) if gb else None,
         "steal_share": round(cpu.get("steal", 0.0) / total, 3) if total else None,
+        "background_busy": None if background is None else round(background, 3),
+        "machine_net_cpu_s_per_GB": (round(max(0.0, busy - background * total) / gb, 2)
+                                     if gb and total and background is not None else None),
         "busiest_second": busiest_second(samples),
         **delivery_worst(list(rx.get("bins", [])), seconds_sent),
         **saturation(samples),
     }
+
+
+#: Across rounds each figure is the median, except the worst cases: the worst round's.
+_WORST_OF_ROUNDS = {"worst_100ms_mbit": min, "longest_gap_ms": max, "busiest_second": max}
+
+
+def merge_rounds(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One stack's figures over ``--rounds`` runs: the median of each figure
+    (per process too), the worst round's worst cases, CPU-saturated when the
+    median round was; every run is kept under ``runs``."""
+    ok = [r for r in runs if not r.get("error") and not r.get("skipped")]
+    if len(runs) == 1 or not ok:
+        return runs[0]
+    out = dict(ok[0])
+
+    def nums(vals: list[Any]) -> bool:
+        return all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals)
+
+    for k, v in ok[0].items():
+        vals: list[Any] = [r.get(k) for r in ok]
+        if nums(vals):
+            pick: Any = _WORST_OF_ROUNDS.get(k, statistics.median)
+            out[k] = pick(vals)
+        elif k in ("process_cpu_s", "process_cpu_s_per_GB") and isinstance(v, dict):
+            out[k] = {p: statistics.median([r[k][p] for r in ok if r[k].get(p) is not None])
+                      for p in v if any(r[k].get(p) is not None for r in ok)}
+        elif k == "wakeups" and isinstance(v, dict):
+            alls = [r[k]["all"] for r in ok]
+            out[k] = {"all": {f: (statistics.median([a[f] for a in alls])
+                                  if nums([a[f] for a in alls]) else None)
+                              for f in alls[0]}}
+    share = out.get("saturated_share")
+    out["cpu_saturated"] = share is not None and share > SATURATED_RUN_SHARE
+    out["flag"] = SATURATED_FLAG if out["cpu_saturated"] else None
+    out["complete"] = all(r.get("complete") for r in ok)
+    out["rounds"] = len(ok)
+    out["runs"] = runs
+    if len(ok) < len(runs):
+        out["failed_rounds"] = [r.get("error") for r in runs if r.get("error")]
+    return out
 
 
 def verdicts(fabric: dict[str, Any]) -> list[dict[str, Any]]:
@@ -416,8 +472,8 @@ def _f(v: Any, fmt: str = "{:.1f}") -> str:
 
 
 HEADER = ["stack", "Mbit/s", "of planes", "stack CPU-s/GB", "per process CPU-s/GB",
-          "machine busy", "machine CPU-s/GB", "softirq", "wakeups/s", "dgrams/wakeup",
-          "worst 100 ms", "longest gap", "busiest s", "saturated"]
+          "machine busy", "machine CPU-s/GB (net of background)", "softirq", "wakeups/s",
+          "dgrams/wakeup", "worst 100 ms", "longest gap", "busiest s", "saturated"]
 
 
 def table_rows(fabric: dict[str, Any]) -> list[list[str]]:
@@ -432,7 +488,10 @@ def table_rows(fabric: dict[str, Any]) -> list[list[str]]:
         rows.append([
             name, _f(r["goodput_mbit"]), _f(r["capacity_share"], "{:.0%}"),
             _f(r["stack_cpu_s_per_GB"]), procs, _f(r["machine_busy"], "{:.0%}"),
-            _f(r["machine_busy_cpu_s_per_GB"]), _f(r["softirq_share"], "{:.0%}"),
+            _f(r["machine_busy_cpu_s_per_GB"]) + (
+                f" (net {_f(r.get('machine_net_cpu_s_per_GB'))})"
+                if r.get("machine_net_cpu_s_per_GB") is not None else ""),
+            _f(r["softirq_share"], "{:.0%}"),
             _f(wk.get("wakeups_per_s"), "{:,.0f}"), _f(wk.get("datagrams_per_wakeup"), "{:.2f}"),
             _f(r["worst_100ms_mbit"]) + " Mbit/s", _f(r["longest_gap_ms"], "{:.0f}") + " ms",
             _f(r["busiest_second"], "{:.0%}"),
@@ -564,6 +623,21 @@ class Run:
             self.tb.down()
             self.tb = None
 
+    def _mptcp_endpoints(self) -> None:
+        """Every plane address of both hosts as a ``signal`` endpoint, as the
+        claims fabric does: a connection opened on plane 0 gets a subflow on
+        each other plane, each routed on its own plane."""
+        n = str(2 * len(self.tb.planes))
+        for h in ("h0", "h1"):
+            cmds = [["flush"], ["limits", "set", "subflow", n, "add_addr_accepted", n]]
+            cmds += [["endpoint", "add", self.tb.address(h, p), "dev", f"p{p}", "signal"]
+                     for p in self.tb.planes]
+            for c in cmds:
+                argv = ["ip", "mptcp", *(["endpoint"] if c == ["flush"] else []), *c]
+                r = self.tb.exec(h, argv, capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise RuntimeError(f"{h}: {' '.join(argv)}: {r.stderr.strip()}")
+
     def _spawn(self, label: str, spec: dict[str, Any], tree: Path, host: str | None
                ) -> _Worker:
         argv = [sys.executable, "-P", str(Path(__file__).resolve()), "worker", json.dumps(spec)]
@@ -605,22 +679,30 @@ class Run:
         else:
             a0 = [tb.address("h0", p) for p in tb.planes]
             a1 = [tb.address("h1", p) for p in tb.planes]
-            rx = self._spawn("tcp-rx", {"kind": "tcp-rx", "time": secs, "addrs": a1}, tree, "h1")
-            tx = self._spawn("tcp-tx", {"kind": "tcp-tx", "time": secs, "addrs": a0,
-                                        "peer_addrs": a1}, tree, "h0")
+            proto = 0
+            if stack == "mptcp":
+                self._mptcp_endpoints()
+                a0, a1, proto = a0[:1], a1[:1], IPPROTO_MPTCP
+            rx = self._spawn(f"{stack}-rx", {"kind": "tcp-rx", "time": secs, "addrs": a1,
+                                             "proto": proto}, tree, "h1")
+            tx = self._spawn(f"{stack}-tx", {"kind": "tcp-tx", "time": secs, "addrs": a0,
+                                             "peer_addrs": a1, "proto": proto}, tree, "h0")
         ok = False
         try:
             deadline = time.monotonic() + 60
             for w in (rx, tx):
                 w.pid = int(w.line(deadline)["pid"])
-            client = "client" if stack != "tcp" else "process"
+            client = "process" if stack in ("tcp", "mptcp") else "client"
             if stack == "inproc":
                 client = "endpoint"
             pids[f"tx {client}"] = int(tx.pid or 0)
             pids[f"rx {client}"] = int(rx.pid or 0)
-            if stack != "tcp":
+            if stack not in ("tcp", "mptcp"):
                 braid_procs = list(pids)
             io0 = {h: _daemon_io(s) for h, s in socks.items()}
+            b0 = ccpu.machine_columns()
+            time.sleep(BACKGROUND_S)  # everything up and idle: what the rest of the machine does
+            b1 = ccpu.machine_columns()
             p0 = {k: ccpu.process_seconds(p) for k, p in pids.items()}
             m0 = ccpu.machine_columns()
             sampler = ccpu.Sampler().start()
@@ -650,10 +732,12 @@ class Run:
         proc_s = {k: max(0.0, (p1[k] or 0.0) - (p0[k] or 0.0)) for k in pids
                   if p0.get(k) is not None and p1.get(k) is not None}
         cpu = ccpu.columns_between(m0, m1) if m0 and m1 else {}
+        bg = ccpu.columns_between(b0, b1) if b0 and b1 else {}
+        background = bg["busy"] / bg["total"] if bg.get("total") else None
         cap = None if self.fabric == "veth" else float(self.args.rate * self.args.planes)
         out = stack_figures(stack=stack, rx=rxr, tx=txr, proc_s=proc_s, cpu=cpu,
                             samples=samples, seconds_sent=secs, capacity_mbit=cap,
-                            braid_procs=braid_procs)
+                            braid_procs=braid_procs, background=background)
         if socks:
             wall = out["seconds"] or secs
             out["wakeups"] = wakeup_figures({h: v for h, v in io0.items() if v},
@@ -672,6 +756,13 @@ def _tree_commit(tree: Path) -> str:
                               capture_output=True, text=True, timeout=10).stdout.strip() or "?"
     except (OSError, subprocess.SubprocessError):
         return "?"
+
+
+def _mptcp_enabled() -> bool:
+    try:
+        return Path("/proc/sys/net/mptcp/enabled").read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 def _inproc_missing() -> str | None:
@@ -697,6 +788,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stacks", default=",".join(STACKS),
                         help=f"comma-separated subset of {','.join(STACKS)} (baseline needs "
                         "--baseline-tree; inproc needs braid.open)")
+    parser.add_argument("--rounds", type=int, default=1, metavar="N",
+                        help="run the stacks N times, alternating; each figure is the "
+                        "median, each worst case the worst round's (default 1)")
     parser.add_argument("--baseline-tree", metavar="PATH",
                         help="another checkout of Braid whose daemons and clients run as the "
                         "'baseline' stack (PYTHONPATH=PATH)")
@@ -717,8 +811,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("braid bench paced builds a testbed: run it as root")
     if args.time is None:
         args.time = 2.0 if args.quick else 10.0
-    if not 0.5 <= args.time <= 600 or not 1 <= args.planes <= 8 or not 1 <= args.rate <= 10000:
-        raise UserError("--time takes 0.5..600 s, --planes 1..8, --rate 1..10000 Mbit/s")
+    if (not 0.5 <= args.time <= 600 or not 1 <= args.planes <= 8
+            or not 1 <= args.rate <= 10000 or not 1 <= args.rounds <= 20):
+        raise UserError("--time takes 0.5..600 s, --planes 1..8, --rate 1..10000 Mbit/s, "
+                        "--rounds 1..20")
     fabrics = [f.strip() for f in (args.fabrics or ("shaped" if args.quick else
                                                    ",".join(FABRICS))).split(",") if f.strip()]
     stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
@@ -759,8 +855,13 @@ def run(args: argparse.Namespace) -> int:
                             if fabric == "shaped" else f"{args.planes} planes, unshaped veths")
                     say(f"{fabric}: bringing up 2 hosts x {what}")
                     r.up()
-                    for stack in stacks:
-                        fab["stacks"][stack] = _one(r, stack, here, baseline, say)
+                    runs: dict[str, list[dict[str, Any]]] = {}
+                    for rnd in range(args.rounds):  # alternating: load drifts between them
+                        for stack in stacks:
+                            label = f" (round {rnd + 1}/{args.rounds})" if args.rounds > 1 else ""
+                            runs.setdefault(stack, []).append(
+                                _one(r, stack, here, baseline, say, label))
+                    fab["stacks"] = {st: merge_rounds(v) for st, v in runs.items()}
                 finally:
                     say(f"{fabric}: tearing down")
                     r.down()
@@ -802,16 +903,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one(r: Run, stack: str, here: Path, baseline: Path | None, say: Any) -> dict[str, Any]:
+def _one(r: Run, stack: str, here: Path, baseline: Path | None, say: Any,
+         label: str = "") -> dict[str, Any]:
     if stack == "baseline" and baseline is None:
         say(f"{r.fabric}/baseline: skipped (no --baseline-tree)")
         return {"skipped": "no --baseline-tree"}
+    if stack == "mptcp" and not _mptcp_enabled():
+        say(f"{r.fabric}/mptcp: skipped: the kernel has no MPTCP (net.mptcp.enabled)")
+        return {"skipped": "no kernel MPTCP"}
     if stack == "inproc":
         why = _inproc_missing()
         if why is not None:
             say(f"{r.fabric}/inproc: skipped: {why}")
             return {"skipped": why}
-    say(f"{r.fabric}/{stack}: sending {r.args.time:g} s h0 -> h1")
+    say(f"{r.fabric}/{stack}: sending {r.args.time:g} s h0 -> h1{label}")
     from testbed.errors import TestbedError
 
     try:

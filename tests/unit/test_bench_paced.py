@@ -166,3 +166,35 @@ def test_endpoint_io_counts_wakeups() -> None:
     assert a["kick"] >= 1  # the sender's queued message
     assert b["readable"] >= 1  # the receiver read the data
     assert a["readable"] >= 1  # the sender read SACKs
+
+
+def test_background_net_figure() -> None:
+    gb = 1e9
+    rx = {"bytes": int(gb), "t_go": 0.0, "t_last": 40.0, "bins": [1] * 4000}
+    r = bp.stack_figures(stack="tcp", rx=rx, tx={}, proc_s={"tx process": 1.0},
+                         cpu={"busy": 40.0, "total": 80.0}, samples=[0.5], seconds_sent=40.0,
+                         capacity_mbit=None, braid_procs=[], background=0.25)
+    assert r["background_busy"] == 0.25
+    assert r["machine_net_cpu_s_per_GB"] == 20.0  # 40 busy - 0.25 x 80 of other load
+    assert r["capacity_share"] is None
+
+
+def test_merge_rounds_median_and_worst() -> None:
+    runs = []
+    for i, (cpu_s, worst, sat) in enumerate([(10.0, 50.0, False), (30.0, 20.0, True),
+                                              (20.0, 40.0, False)]):
+        r = _stack("braid", {"tx daemon": cpu_s}, busy_s=40.0 + i, saturated=sat)
+        r["worst_100ms_mbit"] = worst
+        r["wakeups"] = {"all": {"wakeups_per_s": 100.0 * (i + 1), "datagrams_per_wakeup": 2.0,
+                                "datagrams_per_s": 10.0}}
+        runs.append(r)
+    runs.append({"error": "tx client: exited"})
+    m = bp.merge_rounds(runs)
+    assert m["process_cpu_s_per_GB"]["tx daemon"] == 20.0
+    assert m["braid_cpu_s_per_GB"] == 20.0 and m["machine_busy_cpu_s"] == 41.0
+    assert m["worst_100ms_mbit"] == 20.0  # the worst round's
+    assert m["wakeups"]["all"]["wakeups_per_s"] == 200.0
+    assert m["rounds"] == 3 and len(m["runs"]) == 4 and m["failed_rounds"]
+    assert not m["cpu_saturated"]  # one round of three was saturated: the median was not
+    one = {"skipped": "no --baseline-tree"}
+    assert bp.merge_rounds([one, one]) is one
