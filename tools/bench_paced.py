@@ -178,10 +178,11 @@ async def _open_braid(spec: dict[str, Any]) -> tuple[Any, Any]:
     if spec["kind"].startswith("inproc"):
         import braid
 
+        # ``ep = await braid.open(config)``, or its ``async with`` form.
         ep = braid.open(spec["config"])  # type: ignore[attr-defined]
         if hasattr(ep, "__await__"):
             ep = await ep
-        if hasattr(ep, "__aenter__"):
+        elif hasattr(ep, "__aenter__"):
             ep = await ep.__aenter__()
         return ep, ep
     from transport.api import Client
@@ -199,8 +200,13 @@ async def _braid_worker(spec: dict[str, Any]) -> None:
             await c.connect_peer(spec["peer"])
         _emit({"ready": True, "pid": os.getpid()})
         await loop.run_in_executor(None, _read_stdin_line)  # go
+        # In-process: this process is the host; its I/O counters are ours to read.
+        own = spec["kind"].startswith("inproc") and hasattr(c, "stats")
+        io0 = (await c.stats()).get("io") if own else None
         res = (await _client_tx(c, spec["peer"], spec["time"]) if tx
                else await _client_rx(c, spec["time"]))
+        if own:
+            res["io"] = [io0, (await c.stats()).get("io")]
         _emit({"result": res})
         await loop.run_in_executor(None, _read_stdin_line)  # exit
     finally:
@@ -699,7 +705,7 @@ class Run:
             pids[f"rx {client}"] = int(rx.pid or 0)
             if stack not in ("tcp", "mptcp"):
                 braid_procs = list(pids)
-            io0 = {h: _daemon_io(s) for h, s in socks.items()}
+            io0: dict[str, Any] = {h: _daemon_io(s) for h, s in socks.items()}
             b0 = ccpu.machine_columns()
             time.sleep(BACKGROUND_S)  # everything up and idle: what the rest of the machine does
             b1 = ccpu.machine_columns()
@@ -716,7 +722,7 @@ class Run:
                 samples = sampler.stop()
             p1 = {k: ccpu.process_seconds(p) for k, p in pids.items()}
             m1 = ccpu.machine_columns()
-            io1 = {h: _daemon_io(s) for h, s in socks.items()}
+            io1: dict[str, Any] = {h: _daemon_io(s) for h, s in socks.items()}
             for w in (rx, tx):
                 w.say("exit")
             ok = True
@@ -738,7 +744,10 @@ class Run:
         out = stack_figures(stack=stack, rx=rxr, tx=txr, proc_s=proc_s, cpu=cpu,
                             samples=samples, seconds_sent=secs, capacity_mbit=cap,
                             braid_procs=braid_procs, background=background)
-        if socks:
+        if stack == "inproc" and "io" in rxr and "io" in txr:
+            io0 = {"h0": txr["io"][0], "h1": rxr["io"][0]}
+            io1 = {"h0": txr["io"][1], "h1": rxr["io"][1]}
+        if io1:
             wall = out["seconds"] or secs
             out["wakeups"] = wakeup_figures({h: v for h, v in io0.items() if v},
                                             {h: v for h, v in io1.items() if v}, wall)
