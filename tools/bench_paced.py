@@ -76,6 +76,7 @@ BIN = 0.01
 #: had the machine at >= 95% busy (tools/claims/cpu.py ``SATURATED``).
 SATURATED_RUN_SHARE = 0.05
 SATURATED_FLAG = "CPU-saturated: figures measure the emulator"
+SATURATED_BUSY = 0.95  # tools/claims/cpu.py SATURATED
 #: Targets: Braid CPU-s/GB over the baseline tree's; machine busy CPU per GB
 #: with Braid over kernel TCP's.
 TARGET_VS_BASELINE = 0.2
@@ -283,7 +284,15 @@ def worker(argv: list[str]) -> int:
         if spec["kind"].startswith("tcp"):
             _tcp_worker(spec)
         else:
-            asyncio.run(_braid_worker(spec))
+            try:  # the daemons' and braid perf's loop (uvloop where installed)
+                from transport.aio import new_event_loop
+            except ImportError:
+                new_event_loop = asyncio.new_event_loop
+            loop = new_event_loop()
+            try:
+                loop.run_until_complete(_braid_worker(spec))
+            finally:
+                loop.close()
     except Exception as exc:  # reported to the orchestrator, which fails the stack
         _emit({"error": f"{type(exc).__name__}: {exc}"})
         return 1
@@ -397,8 +406,10 @@ def stack_figures(*, stack: str, rx: dict[str, Any], tx: dict[str, Any],
         "softirq_cpu_s_per_GB": round(cpu.get("softirq", 0.0) / gb, 2) if gb else None,
         "steal_share": round(cpu.get("steal", 0.0) / total, 3) if total else None,
         "background_busy": None if background is None else round(background, 3),
+        # Not from a saturated background: "net" would then read 0 whatever ran.
         "machine_net_cpu_s_per_GB": (round(max(0.0, busy - background * total) / gb, 2)
-                                     if gb and total and background is not None else None),
+                                     if gb and total and background is not None
+                                     and background < SATURATED_BUSY else None),
         "busiest_second": busiest_second(samples),
         **delivery_worst(list(rx.get("bins", [])), seconds_sent),
         **saturation(samples),
@@ -460,6 +471,7 @@ def verdicts(fabric: dict[str, Any]) -> list[dict[str, Any]]:
             row["verdict"] = "no verdict: no figure"
         else:
             row["ratio"] = round(a[key] / b[key], 3)
+            row["values"] = {num: a[key], den: b[key]}
             if a.get("cpu_saturated") or b.get("cpu_saturated"):
                 row["verdict"] = f"no verdict: {SATURATED_FLAG}"
             else:
@@ -487,7 +499,7 @@ def table_rows(fabric: dict[str, Any]) -> list[list[str]]:
     for name, r in fabric.get("stacks", {}).items():
         if r.get("skipped") or r.get("error"):
             rows.append([name, "skipped" if r.get("skipped") else "FAILED",
-                         *["-"] * (len(HEADER) - 3), str(r.get("skipped") or r.get("error"))[:60]])
+                         *["-"] * (len(HEADER) - 2)])
             continue
         wk = (r.get("wakeups") or {}).get("all", {})
         procs = " / ".join(f"{k} {_f(v)}" for k, v in r["process_cpu_s_per_GB"].items())
@@ -506,8 +518,19 @@ def table_rows(fabric: dict[str, Any]) -> list[list[str]]:
 
 
 def verdict_lines(fabric: dict[str, Any]) -> list[str]:
-    return [f"{v['target']}: ratio {_f(v['ratio'], '{:.2f}')} (target <= {v['limit']:g}) -> "
-            f"{v['verdict']}" for v in fabric.get("verdicts", [])]
+    out = []
+    for v in fabric.get("verdicts", []):
+        vals = " vs ".join(f"{k} {x:.1f}" for k, x in (v.get("values") or {}).items())
+        out.append(f"{v['target']}: {vals + ', ' if vals else ''}ratio "
+                   f"{_f(v['ratio'], '{:.2f}')} (target <= {v['limit']:g}) -> {v['verdict']}")
+    return out
+
+
+def skipped_lines(fabric: dict[str, Any]) -> list[str]:
+    """Why a stack has no figures (skipped, or the error it failed with)."""
+    return [f"{name}: {'skipped: ' + str(r['skipped']) if r.get('skipped') else r.get('error')}"
+            for name, r in fabric.get("stacks", {}).items()
+            if r.get("skipped") or r.get("error")]
 
 
 # -- orchestration ---------------------------------------------------------------------------
@@ -685,11 +708,13 @@ class Run:
         else:
             a0 = [tb.address("h0", p) for p in tb.planes]
             a1 = [tb.address("h1", p) for p in tb.planes]
-            proto = 0
+            proto, listen = 0, a1
             if stack == "mptcp":
                 self._mptcp_endpoints()
-                a0, a1, proto = a0[:1], a1[:1], IPPROTO_MPTCP
-            rx = self._spawn(f"{stack}-rx", {"kind": "tcp-rx", "time": secs, "addrs": a1,
+                # The listener on every address: a subflow joins at the address the
+                # peer announced (ADD_ADDR), not at the one the connection opened on.
+                a0, a1, listen, proto = a0[:1], a1[:1], ["0.0.0.0"], IPPROTO_MPTCP
+            rx = self._spawn(f"{stack}-rx", {"kind": "tcp-rx", "time": secs, "addrs": listen,
                                              "proto": proto}, tree, "h1")
             tx = self._spawn(f"{stack}-tx", {"kind": "tcp-tx", "time": secs, "addrs": a0,
                                              "peer_addrs": a1, "proto": proto}, tree, "h0")
@@ -883,10 +908,11 @@ def run(args: argparse.Namespace) -> int:
     for fabric, fab in results.items():
         print(f"\n{fabric}:")
         print(text_table(HEADER, table_rows(fab)))
-        for line in verdict_lines(fab):
+        for line in skipped_lines(fab) + verdict_lines(fab):
             print(line)
     data = {"bench": NAME, "commit": commit, "environment": env, "rate_mbit": args.rate,
             "planes": args.planes, "time_s": args.time, "quick": bool(args.quick),
+            "rounds": args.rounds,
             "baseline_tree": str(baseline) if baseline else None,
             "baseline_commit": _tree_commit(baseline) if baseline else None,
             "fabrics": results}
@@ -992,14 +1018,19 @@ def _plot(results: dict[str, Any], path: Path) -> Path | None:
 def _markdown(data: dict[str, Any], plot: Path | None, args: argparse.Namespace,
               markdown_table: Any) -> str:
     env = data["environment"]
+    n = data.get("rounds", 1)
+    rounds = (f" ({n} rounds, alternating; each figure the median round's, each worst case "
+              f"the worst round's)" if n > 1 else "")
     parts = [
         f"`braid bench paced`: two testbed hosts, {data['planes']} planes, one switch per "
         f"plane; `shaped` = host ports shaped to {data['rate_mbit']} Mbit/s per plane by the "
         f"eBPF switch ports (last-hop trim 32 KB, ECN 16 KB), `veth` = the same unshaped. "
         f"Each stack sends h0 -> h1 for {data['time_s']:g} s, one after another on the same "
-        f"fabric: `braid` (this tree's daemons + a sender and a receiver client, 256 KiB "
+        f"fabric{rounds}: `braid` (this tree's daemons + a sender and a receiver client, 256 KiB "
         f"messages), `baseline` (the same from the tree at commit "
-        f"{data['baseline_commit'] or '-'}), `tcp` (kernel TCP, one stream per plane). "
+        f"{data['baseline_commit'] or '-'}), `inproc` (Braid's endpoint in the sender's and "
+        f"the receiver's own process, `braid.open`, when the tree has it), `tcp` (kernel TCP, "
+        f"one stream per plane), `mptcp` (kernel MPTCP, one connection, a subflow per plane). "
         f"CPU-s/GB = CPU seconds per GB delivered: per process from /proc/PID/stat, the "
         f"machine's busy CPU from /proc/stat (softirq, the switch ports and other load on "
         f"the machine included). Worst cases: slowest 100 ms of delivery, longest stretch "
@@ -1008,6 +1039,8 @@ def _markdown(data: dict[str, Any], plot: Path | None, args: argparse.Namespace,
         f"intervals is flagged ({SATURATED_FLAG}) and gives no verdict."]
     for fabric, fab in data["fabrics"].items():
         parts.append(f"**{fabric}**\n\n" + markdown_table(HEADER, table_rows(fab)))
+        if skipped_lines(fab):
+            parts.append("Not run: " + "; ".join(skipped_lines(fab)) + ".")
         lines = verdict_lines(fab)
         if lines and fabric == "shaped":
             parts.append("Targets: " + "; ".join(lines) + ".")

@@ -177,6 +177,10 @@ def test_background_net_figure() -> None:
     assert r["background_busy"] == 0.25
     assert r["machine_net_cpu_s_per_GB"] == 20.0  # 40 busy - 0.25 x 80 of other load
     assert r["capacity_share"] is None
+    busy_machine = bp.stack_figures(stack="tcp", rx=rx, tx={}, proc_s={}, cpu={"busy": 80.0,
+                                    "total": 80.0}, samples=[1.0], seconds_sent=40.0,
+                                    capacity_mbit=None, braid_procs=[], background=0.97)
+    assert busy_machine["machine_net_cpu_s_per_GB"] is None  # not "0": unknown
 
 
 def test_merge_rounds_median_and_worst() -> None:
