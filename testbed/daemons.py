@@ -147,10 +147,14 @@ def _socket_ready(path: Path) -> bool:
 
 def start_daemons(tb: Any, hosts: list[str] | None = None, *, keylog: bool = True,
                   qlog_dir: Path | None = None, extra_args: list[str] | None = None,
-                  timeout: float = READY_TIMEOUT) -> dict[str, int]:
+                  timeout: float = READY_TIMEOUT, repo: Path | None = None) -> dict[str, int]:
     """Start a daemon on each host (default: all) that has none running; wait
     until every control socket answers. Returns host -> pid of those started.
-    On failure the daemons started by this call are stopped again."""
+    On failure the daemons started by this call are stopped again. ``repo``:
+    run the daemon of another checkout of Braid (its ``tools.cli``, with
+    ``PYTHONPATH`` set to it; ``braid bench paced --baseline-tree``), default
+    this one."""
+    tree = REPO if repo is None else Path(repo).resolve()
     hosts = list(tb.hosts if hosts is None else hosts)
     for h in hosts:
         if h not in tb.hosts:
@@ -172,10 +176,10 @@ def start_daemons(tb: Any, hosts: list[str] | None = None, *, keylog: bool = Tru
                 argv += ["--qlog", str(qlog_dir / f"{h}.qlog")]
             argv += list(extra_args or [])
             obj = tb.state.record(type="process", role="daemon", host=h, pid=None, cmd=argv)
-            env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+            env = dict(os.environ, PYTHONPATH=str(tree), PYTHONUNBUFFERED="1")
             with open(log_path(tb, h), "ab") as log:
                 proc = tb.popen(h, argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, cwd=str(REPO), env=env)
+                                start_new_session=True, cwd=str(tree), env=env)
             obj["pid"] = proc.pid
             tb.state.save()
             started[h] = (proc, obj)

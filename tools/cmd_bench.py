@@ -24,6 +24,7 @@ BENCHES: dict[str, str] = {
     "element": "tools.bench_element",
     "claims": "tools.bench_claims",
     "endpoint": "tools.bench_endpoint",
+    "paced": "tools.bench_paced",
 }
 
 

@@ -141,3 +141,49 @@ def run_share(before: Jiffies | None, after: Jiffies | None, wall_s: float, cpus
             "daemons": own(daemons_s), "workers": own(workers_s),
             "saturated": (round(sum(b >= SATURATED for b in samples) / len(samples), 3)
                           if samples else None)}
+
+
+#: The columns of ``/proc/stat``'s ``cpu`` line, in order (guest time is
+#: already inside user and nice).
+STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def parse_stat_columns(text: str) -> dict[str, int]:
+    """Every column of the aggregate ``cpu`` line of ``/proc/stat`` (ticks),
+    by name, plus ``busy`` (as ``parse_stat``) and ``total``; a short line
+    (an old kernel) reads as zeros for the missing columns."""
+    for line in text.splitlines():
+        f = line.split()
+        if f and f[0] == "cpu":
+            v = [int(x) for x in f[1:9]]
+            v += [0] * (8 - len(v))
+            out = dict(zip(STAT_COLUMNS, v, strict=True))
+            j = parse_stat(line)
+            out["busy"], out["total"] = j.busy, j.total
+            return out
+    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+
+
+def machine_columns() -> dict[str, int] | None:
+    """``parse_stat_columns`` of this machine now (None: unreadable)."""
+    try:
+        with open("/proc/stat") as f:
+            return parse_stat_columns(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def columns_between(a: dict[str, int], b: dict[str, int]) -> dict[str, float]:
+    """From two ``parse_stat_columns`` readings: each column's growth in CPU
+    seconds (all CPUs together; ``total`` is wall time x CPUs)."""
+    return {k: max(0, b[k] - a[k]) / _TICK for k in b if k in a}
+
+
+def tick_seconds() -> float:
+    """One ``/proc`` tick in seconds (the resolution of every figure here)."""
+    return 1.0 / _TICK
+
+
+def saturated_share(samples: list[float], threshold: float = SATURATED) -> float | None:
+    """The share of sampler intervals at or above ``threshold`` busy (None: no samples)."""
+    return sum(b >= threshold for b in samples) / len(samples) if samples else None
