@@ -38,7 +38,7 @@ ECN                   no change (NOOP)       multiplicative decrease
 That is ``NsccParams.uec_spec()``. Braid's deviations from it, each a
 switch of ``NsccParams`` (all on in ``NsccParams.braid()``, the default) and
 a hook in ``congestion/nscc_deviations.py``, are listed with their reasons in
-docs/decisions/0001-nscc-deviations.md; docs/congestion.md has the scenarios
+docs/decisions/0020-nscc-deviations.md; docs/congestion.md has the scenarios
 that motivate each.
 """
 

@@ -1,6 +1,6 @@
 """Braid's deviations from UEC NSCC, each a hook the core (``congestion/nscc.py``)
 calls only when its switch (``NsccParams``) is on. Why each exists:
-docs/decisions/0001-nscc-deviations.md and docs/congestion.md.
+docs/decisions/0020-nscc-deviations.md and docs/congestion.md.
 
 The hooks live in a mixin so that the core reads as the published algorithm
 and each deviation's state and rule stay together here.

@@ -1,5 +1,5 @@
 """NSCC's parameters: the published algorithm's knobs plus one switch per
-deviation of Braid's from it (docs/decisions/0001-nscc-deviations.md).
+deviation of Braid's from it (docs/decisions/0020-nscc-deviations.md).
 
 ``NsccParams.uec_spec()`` is UEC NSCC as published (every switch off);
 ``NsccParams.braid()`` is what Braid runs (every deviation that is on today

@@ -1,6 +1,6 @@
 """NSCC as a specification plus named deviations: ``NsccParams.uec_spec()``
 follows the published rules, and each deviation switch changes what it says
-on the same input (docs/decisions/0001-nscc-deviations.md)."""
+on the same input (docs/decisions/0020-nscc-deviations.md)."""
 
 from __future__ import annotations
 
