@@ -35,7 +35,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${uniq[@]}" >/dev/null
 fi
 
-# The compiled wire fast path (wire/_fastwire.c, optional: without it Braid
+# The compiled wire fast path (wire/_fastwire*.c, optional: without it Braid
 # runs on the pure-Python codec) needs a C compiler, the headers of the Python
 # that builds it (pyenv's and python.org's ship their own; Debian's come with
 # python3-dev) and OpenSSL's (libssl-dev).
