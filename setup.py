@@ -12,9 +12,13 @@ setup(
     ext_modules=[
         Extension(
             "wire._fastwire",
-            sources=["wire/_fastwire.c"],
+            sources=["wire/_fastwire.c", "wire/_fastwire_crypto.c", "wire/_fastwire_sealer.c",
+                     "wire/_fastwire_opener.c"],
+            depends=["wire/_fastwire.h"],
             libraries=["crypto"],
-            extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra",
+            # Only PyInit__fastwire is exported; the files share the rest.
+            extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-fvisibility=hidden",
+                                "-Wall", "-Wextra",
                                 "-Wno-unused-parameter", "-Wno-missing-field-initializers",
                                 "-Wno-cast-function-type"],
             optional=True,

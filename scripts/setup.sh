@@ -35,7 +35,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${uniq[@]}" >/dev/null
 fi
 
-# The compiled wire fast path (wire/_fastwire.c, optional: without it Braid
+# The compiled wire fast path (wire/_fastwire*.c, optional: without it Braid
 # runs on the pure-Python codec) needs a C compiler, the headers of the Python
 # that builds it (pyenv's and python.org's ship their own; Debian's come with
 # python3-dev) and OpenSSL's (libssl-dev).
@@ -72,7 +72,7 @@ fi
 stamp="$VENV/.braid-installed"
 # Re-install when the build inputs change: the package metadata and the C
 # fast path (``pip install -e`` compiles it in place).
-want=$(cat pyproject.toml setup.py wire/_fastwire.c | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml setup.py wire/_fastwire*.c wire/_fastwire.h | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! "$VENV/bin/python" -c 'import wire, transport, tools' 2>/dev/null; then
   say "installing Braid and its dependencies into $VENV"
   log="$VENV/pip-install.log"

@@ -1,4 +1,4 @@
-"""Types of the compiled wire fast path (wire/_fastwire.c)."""
+"""Types of the compiled wire fast path (wire/_fastwire*.c)."""
 
 from wire.errors import WireError
 from wire.keys import DirectionKeys

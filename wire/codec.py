@@ -14,7 +14,7 @@ Layout: header (common + body) | header tag | payload ciphertext | payload tag.
 - nonce = 0x00000000 | epoch (16 bits) | counter (48 bits), unique per key.
 
 Two implementations, one API: the classes here prefixed ``Py`` are the
-reference; ``wire/_fastwire.c`` is their compiled twin for DATA packets and
+reference; ``wire/_fastwire*.c`` is their compiled twin for DATA packets and
 the replay window (OpenSSL EVP). ``Sealer``, ``Opener`` and
 ``ReplayWindow`` name the compiled ones when the extension is built and
 ``BRAID_PURE`` is unset, else the reference (``IMPLEMENTATION`` says which,
