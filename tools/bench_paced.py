@@ -22,7 +22,11 @@ checkout (``--baseline-tree PATH``, run with ``PYTHONPATH=PATH``);
 plane, each bound to its plane's addresses (the same bytes over the same
 shaped planes); ``mptcp``: one kernel MPTCP connection with a subflow per
 plane (skipped without kernel MPTCP). Each sends for ``--time`` seconds
-from a common go.
+from a common go; ``--rounds N`` runs the stacks N times in turn (load on
+a shared machine drifts) and reports the median round's figures and the
+worst round's worst cases. The clients are this file run as a script under
+the stack's ``PYTHONPATH``: they need only ``transport.api.Client``
+(``submit``, ``recv``, ``connect_peer``) of that tree.
 
 Per stack: goodput (and its share of the planes' capacity); CPU seconds per
 GB delivered of every process (``/proc/PID/stat`` utime+stime from go to the
