@@ -72,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Braid daemons measure how long datagrams wait in their socket "
                         "queues (kernel receive timestamps): the hosts' own share of every "
                         "RTT, per run and host in the JSON and a table")
+    parser.add_argument("--inproc", action="store_true",
+                        help="Braid runs without daemons: each worker runs its host's "
+                        "endpoint in its own process (braid.open; docs/daemon.md, "
+                        "\"In-process endpoint\"); the daemons stop once the fabric is up")
     parser.add_argument("--work", default=None, metavar="DIR",
                         help="daemon configs and logs (default: <out>/claims-run)")
 
@@ -114,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
     if not stacks or any(s not in STACKS for s in stacks):
         raise UserError("--stacks takes braid, tcp and/or mptcp")
+    if args.inproc and (args.queue_wait or args.daemon_qlog):
+        raise UserError("--queue-wait and --daemon-qlog measure the daemons: not with --inproc")
     claims_fabric.configure(args.planes, args.rate, args.mtu)
     connection = claims_fabric.parse_connection(args.connection, args.planes)
     out = Path(args.out)
@@ -141,13 +147,20 @@ def run(args: argparse.Namespace) -> int:
                        connection=connection, queue_wait=bool(args.queue_wait))
     load0 = os.getloadavg()
     results: dict[str, Any] = {}
-    ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
+    ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say,
+              inproc=bool(args.inproc))
     try:
         say(f"bringing up the claims fabric: {n_hosts} hosts x {args.planes} planes at "
             f"{args.rate} Mbit/s, MTU {args.mtu}, leaf-spine, "
             f"{args.element} link elements; Braid daemons on every host")
         fab.up()
         say(f"fabric and daemons up; rows: {', '.join(rows)}; stacks: {', '.join(stacks)}")
+        if args.inproc:  # the workers bind the hosts' planes themselves
+            for p in fab.daemons.values():
+                p.terminate()
+            for p in fab.daemons.values():
+                p.wait(timeout=30)
+            say("daemons stopped: Braid runs use in-process endpoints (--inproc)")
         for i, row in enumerate(rows, 1):
             t0 = time.monotonic()
             say(f"row {i}/{len(rows)}: {row}")
@@ -172,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     data = {"bench": NAME, "quick": bool(args.quick), "rows": results, "stacks": stacks,
             "hosts": n_hosts, "planes": args.planes, "rate_mbit": args.rate,
             "mtu": args.mtu, "connection": connection, "queue_wait": bool(args.queue_wait),
+            "inproc": bool(args.inproc),
             "element": ("eBPF switch port" if args.element == "ebpf"
                         else "userspace (AF_PACKET) link element"),
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,
