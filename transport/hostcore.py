@@ -145,17 +145,20 @@ class HostCore:
     async def queue(self, name: str, data: bytes | memoryview) -> asyncio.Future[Reply]:
         """Queue one message once the peer's send window has room (waits: back-
         pressure, never drops); the future resolves at the peer's ACK."""
-        p = self.check_peer(name)
         size = len(data)
-        # At least one message always goes, whatever its size (as the daemon).
-        while p.unacked > 0 and p.unacked + size > self.cfg.send_window:
+        while True:
+            try:
+                conn = await self.connection(name)
+            except ConnectionError as exc:
+                raise SendRefused(str(exc)) from None
+            p = self.peers[name]
+            # Room is checked after the last await and taken below without
+            # one, so concurrent callers cannot all pass the check at once.
+            # At least one message always goes, whatever its size (as the daemon).
+            if p.unacked == 0 or p.unacked + size <= self.cfg.send_window:
+                break
             p.window.clear()
             await p.window.wait()
-            p = self.check_peer(name)
-        try:
-            conn = await self.connection(name)
-        except ConnectionError as exc:
-            raise SendRefused(str(exc)) from None
         try:
             msg_id = conn.send_message(data)  # type: ignore[arg-type]  # a view is fine
         except (RuntimeError, ValueError) as exc:

@@ -98,15 +98,27 @@ def test_unknown_peer_closed_endpoint_and_second_open(tmp_path: Path) -> None:
     run(main())
 
 
-def test_unreachable_peer_fails_with_reason(tmp_path: Path) -> None:
-    # b never runs: a's handshake times out with a reason, never hangs.
-    a, _b = write_configs(tmp_path, extra="[connection]\nhandshake_timeout = 0.5\n")
+@pytest.mark.parametrize("other_key", [False, True], ids=["absent", "other-key"])
+def test_unreachable_or_mismatched_peer_fails_with_reason(tmp_path: Path,
+                                                          other_key: bool) -> None:
+    # b does not run, or runs with another cluster key: the handshake fails
+    # with the daemon's reason, never hangs.
+    a, b = write_configs(tmp_path, key_b=other_key,
+                         extra="[connection]\nhandshake_timeout = 0.5\n")
 
     async def main() -> float:
         async with braid.open(a.config) as ea:
+            eb = await braid.open(b.config) if other_key else None
             t0 = time.monotonic()
-            with pytest.raises(braid.BraidError, match=r"\w"):
-                await asyncio.wait_for(ea.send("b", b"x"), 20)
+            try:
+                with pytest.raises(braid.BraidError,
+                                   match=r"^peer unreachable or key mismatch "):
+                    await asyncio.wait_for(ea.send("b", b"x"), 20)
+                with pytest.raises(braid.BraidError, match=r"^peer unreachable"):
+                    await asyncio.wait_for(ea.connect_peer("b"), 20)
+            finally:
+                if eb is not None:
+                    await eb.close()
             return time.monotonic() - t0
 
     assert run(main()) < 20  # type: ignore[operator]
@@ -152,6 +164,7 @@ def test_peer_that_goes_away_fails_pending_futures(tmp_path: Path) -> None:
         proc.wait(10)
     assert errs, "some messages were queued after the peer died: they must fail"
     assert all(e.strip() and "\n" not in e for e in errs), errs
+    assert all("acknowledg" in e or "unreachable" in e for e in errs), errs
     assert took < 30
 
 
@@ -164,11 +177,12 @@ def test_send_window_bounds_unacked_and_recv_releases_credit(tmp_path: Path) -> 
         async with braid.open(a.config) as ea, braid.open(b.config) as eb:
             futs: list[asyncio.Future[dict[str, object]]] = []
 
-            async def produce() -> None:
-                for m in msgs:
+            async def produce(part: list[bytes]) -> None:
+                for m in part:
                     futs.append(await ea.submit("b", m))
 
-            producer = asyncio.ensure_future(produce())
+            # Four concurrent producers: the window holds for all of them together.
+            producer = asyncio.gather(*(produce(msgs[i::4]) for i in range(4)))
             await asyncio.sleep(1.5)
             assert not producer.done(), "submit must wait for window, not drop or queue all"
             sa, sb = await ea.stats(), await eb.stats()
