@@ -386,9 +386,30 @@ class Worker:
             **c["stats"]}
                 for c in st.get("connections", [])}
 
+    async def _quiet(self, limit: float, quiet: float = 0.5) -> None:
+        """An in-process endpoint goes away with its worker, and its CLOSE
+        fails what a peer still has in flight to it (a daemon would stay and
+        acknowledge it). Before closing, wait until nothing has arrived for
+        ``quiet`` seconds (at most ``limit``): the peers' last messages are
+        then acknowledged, not failed."""
+        end = time.monotonic() + limit
+        last, since = -1, time.monotonic()
+        while time.monotonic() < end:
+            st = await self.client.stats()
+            got = sum(int(c["stats"].get("bytes_received") or 0)
+                      for c in st.get("connections", []))
+            if got != last:
+                last, since = got, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
+            await asyncio.sleep(0.05)
+
     async def close(self) -> dict[str, Any]:
         self.closing = True
         extra: dict[str, Any] = {}
+        if self.stack == "braid-inproc" and self.client is not None:
+            with contextlib.suppress(Exception):
+                await self._quiet(float(self.spec.get("grace", 5)))
         if self.braid and self.client is not None:
             try:
                 now = await self.conn_stats()
