@@ -32,7 +32,6 @@ from transport.events import (
     ConnectionEstablished,
     ConnectionFailed,
     Event,
-    EvStateChanged,
     MessageAcked,
     MessageDelivered,
 )
@@ -229,8 +228,6 @@ class HostCore:
             self.log("info", "connection_closed", peer=name, cid=conn.local_cid,
                      reason=ev.reason)
             self._end(p, conn, f"connection closed: {ev.reason}")
-        elif isinstance(ev, EvStateChanged):
-            pass
         if self.extra_on_event is not None:
             self.extra_on_event(conn, peer, ev)
 
