@@ -86,6 +86,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "queues (kernel receive timestamps): the hosts' own share of every "
                         "RTT, per run and host in the JSON and a table (a diagnosis: a "
                         "variant, results to --out only)")
+    parser.add_argument("--inproc", action="store_true",
+                        help="Braid runs without daemons: each worker runs its host's "
+                        "endpoint in its own process (braid.open; docs/daemon.md, "
+                        "\"In-process endpoint\"); the daemons stop once the fabric is up")
     parser.add_argument("--work", default=None, metavar="DIR",
                         help="daemon configs and logs (default: <out>/claims-run)")
 
@@ -158,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
     stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
     if not stacks or any(s not in STACKS for s in stacks):
         raise UserError("--stacks takes braid, tcp and/or mptcp")
+    if args.inproc and (args.queue_wait or args.daemon_qlog):
+        raise UserError("--queue-wait and --daemon-qlog measure the daemons: not with --inproc")
     auto = args.rate == "auto"
     claims_fabric.configure(args.planes, RATE_LADDER[0] if auto else int(args.rate), args.mtu)
     connection = claims_fabric.parse_connection(args.connection, args.planes)
@@ -198,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
     fab = make_fab()
     load0 = os.getloadavg()
     results: dict[str, Any] = {}
-    ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say)
+    ctx = Ctx(fab=fab, quick=bool(args.quick), stacks=stacks, say=say,
+              inproc=bool(args.inproc))
     rate_auto: dict[str, Any] | None = None
     try:
         if auto:
@@ -210,6 +217,12 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.element} link elements; Braid daemons on every host")
             fab.up()
         say(f"fabric and daemons up; rows: {', '.join(rows)}; stacks: {', '.join(stacks)}")
+        if args.inproc:  # the workers bind the hosts' planes themselves
+            for p in fab.daemons.values():
+                p.terminate()
+            for p in fab.daemons.values():
+                p.wait(timeout=30)
+            say("daemons stopped: Braid runs use in-process endpoints (--inproc)")
         for i, row in enumerate(rows, 1):
             t0 = time.monotonic()
             say(f"row {i}/{len(rows)}: {row}")
@@ -236,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
             "rate_auto": rate_auto,
             "mtu": args.mtu, "connection": connection, "queue_wait": bool(args.queue_wait),
             "daemon_qlog": bool(args.daemon_qlog),
+            "inproc": bool(args.inproc),
             "element": ("eBPF switch port" if args.element == "ebpf"
                         else "userspace (AF_PACKET) link element"),
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,

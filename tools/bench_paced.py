@@ -184,11 +184,7 @@ async def _open_braid(spec: dict[str, Any]) -> tuple[Any, Any]:
         import braid
 
         # ``ep = await braid.open(config)``, or its ``async with`` form.
-        ep = braid.open(spec["config"])  # type: ignore[attr-defined]
-        if hasattr(ep, "__await__"):
-            ep = await ep
-        elif hasattr(ep, "__aenter__"):
-            ep = await ep.__aenter__()
+        ep = await braid.open(spec["config"])
         return ep, ep
     from transport.api import Client
 

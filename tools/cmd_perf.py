@@ -5,7 +5,11 @@ again at the end), sends ``--size`` bytes or for ``--time`` seconds, prints one
 line per interval (goodput, retransmissions, RTOs, per-plane share) and a
 summary with the worst interval and the longest delivery gap next to the
 median, and exits 0 only if every byte arrived and matched. ``--timeline``
-runs a fault timeline during the transfer. See docs/testbed.md.
+runs a fault timeline during the transfer. ``--inproc`` runs no daemons: each
+host's endpoint lives in a worker process in its namespace (``braid.open``).
+The summary also gives the CPU seconds of every Braid process of the run
+(daemons and this process, or the workers and this process) per gigabyte
+delivered. See docs/testbed.md.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ def register(subparsers: Any) -> None:
                    help="fail when nothing is delivered for S seconds (default 30)")
     p.add_argument("--keep-daemons", action="store_true",
                    help="leave the daemons this run started running")
+    p.add_argument("--inproc", action="store_true",
+                   help="no daemons: each host's endpoint runs inside a worker process in "
+                   "its namespace (braid.open); fails if a daemon serves one of the hosts")
     p.add_argument("--name", help="testbed name (default: the only one up)")
     p.add_argument("--json", action="store_true", help="one JSON object at the end")
     p.set_defaults(func=run)
@@ -92,12 +99,13 @@ def _validate(a: argparse.Namespace) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from testbed import daemons
+    from testbed import daemons, nsutil
     from testbed.cli import _default_name
     from testbed.fabric import Testbed
+    from tools.claims.cpu import process_seconds
     from tools.claims.fidelity import Monitor
     from tools.claims.fidelity import line as fidelity_line
-    from tools.perf_run import Perf, Stream, interval_row, summary
+    from tools.perf_run import InprocPerf, Perf, Stream, interval_row, summary
     from transport.aio import new_event_loop
 
     _validate(a)
@@ -127,7 +135,16 @@ def run(a: argparse.Namespace) -> int:
     streams = [Stream(sid=i * a.parallel + j, src=src, dst=d, size=size, chunk=a.chunk)
                for i, d in enumerate(dsts) for j in range(a.parallel)]
     hosts = [src, *dsts]
-    started = daemons.start_daemons(tb, hosts)
+    if a.inproc:
+        serving = sorted(set(daemons.running(tb)) & set(hosts))
+        if serving:
+            raise UserError(f"a daemon already serves {', '.join(serving)}'s planes: "
+                            f"stop it ('braid testbed daemons down') or run without --inproc")
+        if not all(daemons.config_path(tb, h).exists() for h in hosts):
+            daemons.write_host_configs(tb)
+        started: dict[str, int] = {}
+    else:
+        started = daemons.start_daemons(tb, hosts)
     quiet = a.json
 
     def say(text: str) -> None:
@@ -137,7 +154,8 @@ def run(a: argparse.Namespace) -> int:
     what = f"{size / 2**20:g} MiB per stream" if size else f"{a.time:g} s"
     say(f"braid perf: {src} -> {','.join(dsts)}, {len(streams)} stream"
         f"{'s' if len(streams) > 1 else ''}, {what}, {len(tb.planes)} planes, testbed "
-        f"{tb.name}" + (f" (started daemons on {' '.join(started)})" if started else ""))
+        f"{tb.name}" + (f" (started daemons on {' '.join(started)})" if started else "")
+        + (" (in-process endpoints)" if a.inproc else ""))
     fired: list[dict[str, Any]] = []
     stop_timeline = threading.Event()
     tl_errors: list[str] = []
@@ -145,9 +163,24 @@ def run(a: argparse.Namespace) -> int:
     def interval(prev: Any, cur: Any) -> None:
         say(_line(interval_row(prev, cur)))
 
-    perf = Perf({h: str(daemons.socket_path(tb, h)) for h in hosts}, streams,
-                duration=a.time, interval=a.interval, stall_timeout=a.stall_timeout,
-                verify=not a.no_verify, on_interval=interval)
+    opts: dict[str, Any] = {"duration": a.time, "interval": a.interval,
+                            "stall_timeout": a.stall_timeout, "verify": not a.no_verify,
+                            "on_interval": interval}
+    perf: Perf
+    if a.inproc:
+        perf = InprocPerf(
+            {h: str(daemons.config_path(tb, h)) for h in hosts},
+            lambda h: ["nsenter", f"--net={nsutil.netns_path(tb.netns(h))}"], streams,
+            logs={h: str(daemons.config_path(tb, h).with_suffix(".perf.log")) for h in hosts},
+            **opts)
+    else:
+        perf = Perf({h: str(daemons.socket_path(tb, h)) for h in hosts}, streams, **opts)
+    # CPU of every Braid process of the run: the daemons (whoever started
+    # them) and this process, or the workers (they report theirs) and this one.
+    daemon_pids = {h: int(o["pid"]) for h, o in daemons.running(tb).items() if h in hosts} \
+        if not a.inproc else {}
+    cpu0 = {h: process_seconds(pid) for h, pid in daemon_pids.items()}
+    own0 = time.process_time()
 
     def timeline() -> None:
         from testbed.faults import run_timeline
@@ -196,6 +229,15 @@ def run(a: argparse.Namespace) -> int:
         loop.close()
         if tl_thread.is_alive():
             tl_thread.join(timeout=10)
+        own = time.process_time() - own0
+        cpu: dict[str, float] = {}
+        for h, pid in daemon_pids.items():
+            after, before = process_seconds(pid), cpu0.get(h)
+            if after is not None and before is not None:
+                cpu[f"daemon {h}"] = round(after - before, 3)
+        if isinstance(perf, InprocPerf):
+            cpu.update({f"worker {h}": round(v, 3) for h, v in perf.cpu_s.items()})
+        cpu["perf"] = round(own, 3)
         if started and not a.keep_daemons:
             daemons.stop_daemons(tb, list(started))
     if interrupted:
@@ -207,7 +249,10 @@ def run(a: argparse.Namespace) -> int:
     res.update({"src": src, "dst": dsts, "testbed": tb.name, "size": size,
                 "time": a.time, "parallel": a.parallel, "reverse": a.reverse,
                 "timeline": a.timeline, "faults": fired, "timeline_errors": tl_errors,
-                "daemons_started": list(started), "fidelity": fidelity})
+                "daemons_started": list(started), "fidelity": fidelity, "inproc": a.inproc,
+                "cpu_s": cpu, "cpu_s_total": round(sum(cpu.values()), 3),
+                "cpu_s_per_GB": round(sum(cpu.values()) / (res["bytes"] / 1e9), 2)
+                if res["bytes"] else None})
     if a.json:
         print(json.dumps(res, indent=1))
     else:
@@ -224,6 +269,10 @@ def run(a: argparse.Namespace) -> int:
             f"{iv['min'] / 1e6:.1f} Mbit/s{worst}; delivery gap: median "
             f"{gap['median'] * 1e3:.1f} ms, max {gap['max'] * 1e3:.0f} ms "
             f"(at {gap['max_at']:.2f} s)")
+        per_gb = res["cpu_s_per_GB"]
+        say(f"  CPU: {res['cpu_s_total']:.1f} s in Braid processes ("
+            + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()) + ")"
+            + (f", {per_gb:.1f} CPU-s/GB" if per_gb is not None else ""))
         say(f"  {fidelity_line(fidelity)}")
         for e in tl_errors:
             say(f"  timeline error: {e}")

@@ -6,6 +6,13 @@ the testbed's run directory); the daemons run inside the testbed's namespaces.
 Each stream is one transfer id: chunks carry (offset, BLAKE2b) in the
 ``braid send`` chunk header, and their bytes are a function of (stream,
 offset), so the receiver checks every byte, not just a digest.
+
+``--inproc`` (``InprocPerf``): no daemons. One worker process per host runs
+inside the host's namespace (``python -m tools.perf_run worker SPEC``), opens
+the host's endpoint in its own event loop (``braid.open``) and runs that
+host's side of the same streams with the same code (``Perf._send`` /
+``Perf._receive``); the coordinator here asks the workers for their counters
+over their stdin / stdout (one JSON line per answer), never for data.
 """
 
 from __future__ import annotations
@@ -13,15 +20,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
+import random
 import secrets
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from transport.api import BraidError, Client, decode_chunk, encode_chunk
+from transport.local import LocalEndpoint
 
 #: Unacknowledged bytes of all streams together: several times a testbed's
 #: bandwidth-delay product (4 planes x 100 Mbit/s x 10 ms = 0.5 MB), small enough
@@ -53,7 +64,9 @@ class Stream:
         """The bytes of this stream at ``off``: the offset, then random bytes at a
         position that depends on it, so misplaced or stale data fails the check."""
         if not self._pattern:
-            self._pattern = os.urandom(self.chunk + _SHIFTS)
+            # From the (random) transfer id: a receiver in another process
+            # (--inproc) derives the same bytes.
+            self._pattern = random.Random(self.tid).randbytes(self.chunk + _SHIFTS)
         start = (off // max(self.chunk, 1) * 7919) % _SHIFTS
         return (off.to_bytes(8, "big") + self._pattern[start:start + max(n - 8, 0)])[:n]
 
@@ -150,6 +163,9 @@ class Perf:
                 with contextlib.suppress(Exception):
                     await c.close()
 
+    async def _refresh(self) -> None:
+        """Bring the streams' counters up to date (they live here: nothing to do)."""
+
     async def _sample(self, stat_clients: dict[str, Client]) -> Sample:
         now = asyncio.get_running_loop().time()
         sender: dict[str, dict[str, Any]] = {}
@@ -170,6 +186,7 @@ class Perf:
         while True:
             tick += self.interval
             while loop.time() < tick:
+                await self._refresh()
                 if self._finished():
                     break
                 await asyncio.sleep(min(0.02, max(tick - loop.time(), 0)))
@@ -203,7 +220,7 @@ class Perf:
                 self.failure = (f"byte check failed: stream {bad[0].sid} had {bad[0].bad} "
                                 f"bad and {bad[0].dup} duplicate chunks")
 
-    async def _send(self, client: Client, s: Stream) -> None:
+    async def _send(self, client: Client | LocalEndpoint, s: Stream) -> None:
         loop = asyncio.get_running_loop()
         inflight: list[tuple[asyncio.Future[Any], int]] = []
         try:
@@ -237,7 +254,7 @@ class Perf:
             for f, _m in inflight:
                 f.add_done_callback(_retrieve)
 
-    async def _receive(self, client: Client) -> None:
+    async def _receive(self, client: Client | LocalEndpoint) -> None:
         loop = asyncio.get_running_loop()
         while True:
             _peer, msg = await client.recv()
@@ -262,6 +279,255 @@ class Perf:
 def _retrieve(f: asyncio.Future[Any]) -> None:
     if not f.cancelled():
         f.exception()
+
+
+# -- --inproc: each host's endpoint inside a worker process in its namespace ----------------
+
+#: Seconds a worker may take to start (imports, binding) and to answer a command.
+WORKER_START_TIMEOUT = 60.0
+WORKER_REPLY_TIMEOUT = 30.0
+#: How often the coordinator asks the workers whether the run is done.
+POLL = 0.05
+
+
+def _stream_spec(s: Stream) -> dict[str, Any]:
+    return {"sid": s.sid, "src": s.src, "dst": s.dst, "size": s.size, "chunk": s.chunk,
+            "tid": s.tid}
+
+
+def _stream_state(s: Stream) -> dict[str, Any]:
+    return {"sub": s.submitted, "ack": s.acked, "done": s.done_sending, "err": s.error,
+            "rcv": s.received, "bad": s.bad, "dup": s.dup}
+
+
+class WorkerError(BraidError):
+    """A worker failed to start or answer (its reason, or its log's tail)."""
+
+
+class _Worker:
+    def __init__(self, host: str, proc: asyncio.subprocess.Process, log: str) -> None:
+        self.host = host
+        self.proc = proc
+        self.log = log
+
+    async def ask(self, cmd: str | None, timeout: float = WORKER_REPLY_TIMEOUT
+                  ) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if cmd is not None:
+            self.proc.stdin.write(cmd.encode() + b"\n")
+            await self.proc.stdin.drain()
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        except TimeoutError:
+            raise WorkerError(f"the worker on {self.host} did not answer {cmd or 'ready'!r} "
+                              f"within {timeout:g} s (log {self.log})") from None
+        if not line:
+            raise WorkerError(f"the worker on {self.host} exited: {_tail(self.log)} "
+                              f"(log {self.log})")
+        reply: dict[str, Any] = json.loads(line)
+        if "error" in reply:
+            raise WorkerError(str(reply["error"]))
+        return reply
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.read().strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(lines[-2:]) or "(empty log)"
+
+
+class InprocPerf(Perf):
+    """The same run with each host's endpoint in a worker process of its own
+    (``braid.open`` inside the host's namespace) instead of a daemon.
+
+    ``launch(host)`` is the argv prefix that runs a program in the host's
+    namespace; ``configs`` maps host -> its host config file. ``cpu_s`` holds
+    each worker's CPU seconds from its ``connect`` to its ``stop``."""
+
+    def __init__(self, configs: dict[str, str], launch: Callable[[str], list[str]],
+                 streams: list[Stream], *, logs: dict[str, str], **kw: Any) -> None:
+        super().__init__({}, streams, **kw)
+        self.configs = configs
+        self.launch = launch
+        self.logs = logs
+        self.cpu_s: dict[str, float] = {}
+        self._workers: dict[str, _Worker] = {}
+        self._polled = 0.0
+
+    async def _start(self, host: str) -> _Worker:
+        spec = {"host": host, "config": self.configs[host], "duration": self.duration,
+                "verify": self.verify, "window": self._window,
+                "streams": [_stream_spec(s) for s in self.streams
+                            if host in (s.src, s.dst)]}
+        argv = [*self.launch(host), sys.executable, "-m", "tools.perf_run", "worker",
+                json.dumps(spec)]
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=root, PYTHONUNBUFFERED="1")
+        with open(self.logs[host], "ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=log, cwd=root, env=env, start_new_session=True,
+                limit=1 << 24)
+        w = self._workers[host] = _Worker(host, proc, self.logs[host])
+        return w
+
+    async def run(self) -> None:
+        hosts = list(dict.fromkeys([*(s.src for s in self.streams),
+                                    *(s.dst for s in self.streams)]))
+        try:
+            for h in hosts:
+                await self._start(h)
+            for h in hosts:
+                await self._workers[h].ask(None, WORKER_START_TIMEOUT)
+            for h in dict.fromkeys(s.src for s in self.streams):  # handshakes: fail fast
+                await self._workers[h].ask("connect")
+            loop = asyncio.get_running_loop()
+            self.samples.append(await self._sample({}))
+            for w in self._workers.values():
+                assert w.proc.stdin is not None
+                w.proc.stdin.write(b"start\n")
+            self.t0 = self._last_progress = loop.time()
+            self.t0_wall = time.monotonic()
+            for w in self._workers.values():
+                assert w.proc.stdin is not None
+                await w.proc.stdin.drain()
+            self.samples[0].t = 0.0
+            if self.on_start is not None:
+                self.on_start()
+            await self._watch({})
+        finally:
+            await self._stop_workers()
+
+    def _merge(self, host: str, reply: dict[str, Any]) -> None:
+        by_sid = {s.sid: s for s in self.streams}
+        for sid, st in (reply.get("streams") or {}).items():
+            s = by_sid[int(sid)]
+            if host == s.src:
+                s.submitted, s.acked, s.done_sending = st["sub"], st["ack"], st["done"]
+            if host == s.dst:
+                s.received, s.bad, s.dup = st["rcv"], st["bad"], st["dup"]
+            if st.get("err") and s.error is None:
+                s.error = st["err"]
+        new = [self.t0 + d for d in reply.get("deliveries") or []]
+        if new:
+            self.deliveries.extend(new)
+            self.deliveries.sort()
+            self._last_progress = max(self._last_progress, new[-1])
+
+    async def _refresh(self) -> None:
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._polled < POLL:
+            return
+        self._polled = loop.time()
+        for h, w in self._workers.items():
+            self._merge(h, await w.ask("poll"))
+
+    async def _sample(self, stat_clients: dict[str, Client]) -> Sample:
+        now = asyncio.get_running_loop().time()
+        sender: dict[str, dict[str, Any]] = {}
+        for h, w in self._workers.items():
+            reply = await w.ask("sample")
+            self._merge(h, reply)
+            sender.update(reply.get("sender") or {})
+        return Sample(now - self.t0, self.delivered, sender)
+
+    async def _stop_workers(self) -> None:
+        for h, w in self._workers.items():
+            if w.proc.returncode is None:
+                try:
+                    reply = await w.ask("stop", WORKER_REPLY_TIMEOUT)
+                    self._merge(h, reply)
+                    self.cpu_s[h] = float(reply.get("cpu_s", 0.0))
+                except (BraidError, ConnectionError, ValueError):
+                    pass
+            try:
+                await asyncio.wait_for(w.proc.wait(), 5.0)
+            except TimeoutError:
+                w.proc.kill()
+                await w.proc.wait()
+
+
+async def worker(spec: dict[str, Any]) -> None:
+    """One host's side of an --inproc run (``python -m tools.perf_run worker SPEC``):
+    answers ``connect``, ``start``, ``poll``, ``sample``, ``stop`` on stdin, one
+    JSON line each on stdout (``start`` has no answer). EOF on stdin stops it."""
+    from transport.local import open_local
+
+    def emit(obj: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    host = str(spec["host"])
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    streams = [Stream(**d) for d in spec["streams"]]
+    mine = [s for s in streams if s.src == host]
+    perf = Perf({}, streams, duration=spec.get("duration"), interval=1.0, stall_timeout=1.0,
+                verify=bool(spec.get("verify", True)))
+    perf._window = int(spec.get("window", perf._window))
+    try:
+        ep = await open_local(str(spec["config"]))
+    except BraidError as exc:
+        emit({"error": f"{host}: {exc}"})
+        return
+    emit({"ready": True})
+    tasks: list[asyncio.Task[None]] = []
+    told = 0
+    cpu0 = time.process_time()
+    try:
+        while line := (await reader.readline()).decode().strip():
+            if line == "connect":
+                cpu0 = time.process_time()
+                try:
+                    for s in mine:
+                        await asyncio.wait_for(ep.connect_peer(s.dst), WORKER_REPLY_TIMEOUT)
+                except (BraidError, TimeoutError) as exc:
+                    emit({"error": f"{host} -> {s.dst}: {exc or 'handshake timed out'}"})
+                    continue
+                emit({"connected": True})
+            elif line == "start":
+                perf.t0 = loop.time()
+                if any(s.dst == host for s in streams):
+                    tasks.append(loop.create_task(perf._receive(ep)))
+                tasks += [loop.create_task(perf._send(ep, s)) for s in mine]
+            elif line in ("poll", "sample", "stop"):
+                out: dict[str, Any] = {
+                    "streams": {s.sid: _stream_state(s) for s in streams},
+                    "deliveries": [round(d - perf.t0, 6) for d in perf.deliveries[told:]]}
+                told = len(perf.deliveries)
+                if line == "sample":
+                    st = await ep.stats()
+                    out["sender"] = {f"{s.src}>{s.dst}": _conn_counters(st, s.dst)
+                                     for s in mine}
+                if line == "stop":
+                    break
+                emit(out)
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        await ep.close()
+    emit({"streams": {s.sid: _stream_state(s) for s in streams},
+          "deliveries": [round(d - perf.t0, 6) for d in perf.deliveries[told:]],
+          "cpu_s": round(time.process_time() - cpu0, 4)})
+
+
+def worker_main(argv: list[str]) -> int:
+    from transport.aio import new_event_loop
+
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(worker(json.loads(argv[0])))
+    finally:
+        loop.close()
+    return 0
 
 
 # -- analysis -------------------------------------------------------------------------------
@@ -333,3 +599,9 @@ def summary(perf: Perf) -> dict[str, Any]:
         "failure": perf.failure, "streams": streams, "intervals": rows,
     }
 
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["worker"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m tools.perf_run worker SPEC_JSON")
+    sys.exit(worker_main(sys.argv[2:]))

@@ -144,3 +144,34 @@ def test_perf_interrupt_is_one_line(bed: tuple[str, dict[str, str], Path]) -> No
     assert len(lines) == 1 and lines[0].startswith("braid perf: interrupted after"), err
     # the daemons it started are stopped, also on Ctrl-C
     assert not any(nsutil.pid_alive(pid) for pid in _daemon_pids(run, name))
+
+
+def test_perf_inproc_runs_endpoints_in_the_workers(
+        bed: tuple[str, dict[str, str], Path]) -> None:
+    name, env, run = bed
+    r = _perf(env, "h0", "h1", "--inproc", "--size", "32MiB", "--json", "--name", name)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert res["inproc"] and res["verified"] and res["complete"] and res["failure"] is None
+    assert res["bytes"] == 32 << 20 and res["goodput_bps"] > 0
+    assert sorted(res["plane_share"]) == ["0", "1", "2", "3"]
+    assert res["intervals"] and res["daemons_started"] == [] and not _daemon_pids(run, name)
+    # CPU of the run's Braid processes: the two workers and the coordinator
+    assert sorted(res["cpu_s"]) == ["perf", "worker h0", "worker h1"]
+    assert res["cpu_s"]["worker h0"] > 0 and res["cpu_s_per_GB"] > 0
+    # the workers are gone, nothing of theirs left in the namespaces
+    left = subprocess.run(["pgrep", "-af", "tools.perf_run worker"], capture_output=True,
+                          text=True)
+    assert str(run) not in left.stdout
+    # the human form: per-interval lines and the summary with its CPU line
+    r = _perf(env, "h0", "h1", "--inproc", "--size", "4MiB", "--name", name)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "in-process endpoints" in r.stdout and "verified" in r.stdout
+    assert "CPU-s/GB" in r.stdout
+    # with a daemon serving h0, --inproc refuses in one line
+    up = subprocess.run([BRAID, "testbed", "daemons", "up", "--name", name], env=env,
+                        capture_output=True, text=True, timeout=60)
+    assert up.returncode == 0, up.stderr
+    r = _perf(env, "h0", "h1", "--inproc", "--size", "1MiB", "--name", name)
+    assert r.returncode != 0 and "a daemon already serves" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

@@ -47,6 +47,8 @@ class Ctx:
     stacks: list[str]
     say: Callable[[str], None]
     transfers: list[dict[str, Any]] = field(default_factory=list)
+    #: Braid runs use in-process endpoints in the workers (``braid.open``), no daemons.
+    inproc: bool = False
 
     def q(self, quick: Any, full: Any) -> Any:
         return quick if self.quick else full
@@ -107,8 +109,11 @@ def _record(ctx: Ctx, row: str, stack: str, label: str, res: dict[int, dict[str,
     return ok
 
 
-def _stack_name(stack: str) -> str:
-    return "braid" if stack.startswith("braid") else stack
+def _stack_name(stack: str, inproc: bool = False) -> str:
+    """The workers' stack: ``braid-inproc`` runs the endpoint in the worker itself."""
+    if stack.startswith("braid"):
+        return "braid-inproc" if inproc else "braid"
+    return stack
 
 
 # -- run builders ------------------------------------------------------------------------------
@@ -119,7 +124,7 @@ def stream(ctx: Ctx, stack: str, flows: Sequence[Flow],
            duration: float, faults: list[tuple[float, str]] | None = None
            ) -> dict[int, dict[str, Any]]:
     """Flows (src, dst, start, stop, plane or None) of 64 KiB messages."""
-    return ctx.fab.run(_stack_name(stack), _stream_specs(ctx, flows, duration), faults,
+    return ctx.fab.run(_stack_name(stack, ctx.inproc), _stream_specs(ctx, flows, duration), faults,
                        timeout=duration + 60)
 
 
@@ -154,7 +159,8 @@ def collective(ctx: Ctx, stack: str, pattern: str, group: list[int], size: int,
                     "accept": [j for j in peers if j < h]}
         if stack.startswith("braid"):
             specs[h]["connect"] = [[j, 0] for j in peers]
-    return ctx.fab.run(_stack_name(stack), specs, faults, timeout=stop_after + grace + 60)
+    return ctx.fab.run(_stack_name(stack, ctx.inproc), specs, faults,
+                       timeout=stop_after + grace + 60)
 
 
 def _steps(res: dict[int, dict[str, Any]], hosts: list[int] | None = None) -> list[float]:
@@ -655,7 +661,7 @@ def _victim_specs(ctx: Ctx, stack: str, victim: tuple[int, int], dur: float
     """The victim stream's two ends, on ``stack`` whatever the run's stack
     (a worker's spec may name its own)."""
     specs = _stream_specs(ctx, [(victim[0], victim[1], 0.0, dur, None)], dur)
-    return {h: {**spec, "stack": _stack_name(stack)} for h, spec in specs.items()}
+    return {h: {**spec, "stack": _stack_name(stack, ctx.inproc)} for h, spec in specs.items()}
 
 
 def _incast_run(ctx: Ctx, stack: str, label: str, senders: list[int], size: int, dur: float,
@@ -672,7 +678,7 @@ def _incast_run(ctx: Ctx, stack: str, label: str, senders: list[int], size: int,
         ctx.fab.set_links(links, "both", {"trim": None})
     try:
         ports0, cpu0, t0 = _port_counts(ctx), _daemon_cpu(ctx), time.monotonic()
-        res = ctx.fab.run(_stack_name(stack), specs, None, timeout=dur + 70)
+        res = ctx.fab.run(_stack_name(stack, ctx.inproc), specs, None, timeout=dur + 70)
         ports = _port_delta(ports0, _port_counts(ctx))
         wall = time.monotonic() - t0
         cpu = {h: round((c - cpu0.get(h, 0.0)) / wall, 3)

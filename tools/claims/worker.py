@@ -1,7 +1,9 @@
 """One testbed host's side of a claims run: ``python -m tools.claims.worker SPEC``.
 
 SPEC is JSON (see ``tools.claims.fabric.worker_spec``). The worker opens its
-stack (Braid: the local daemon through ``braid.connect``; tcp / mptcp: one
+stack (Braid: the local daemon through ``braid.connect``; ``braid-inproc``:
+the host's endpoint in this process, ``braid.open`` on the host config
+next to the daemon's socket, with no daemon running; tcp / mptcp: one
 kernel connection per host pair, bound to the pair's plane), prints
 ``{"ready": true}``, waits for ``go T`` on stdin (T on CLOCK_MONOTONIC, which
 every namespace of the machine shares, so all hosts start together and their
@@ -81,6 +83,7 @@ class Worker:
         self.run = int(spec["run"])
         self.me = int(spec["me"])
         self.stack = str(spec["stack"])
+        self.braid = self.stack.startswith("braid")
         self.pattern = str(spec["pattern"])
         self.size = int(spec.get("size", 0))
         self.msg = int(spec.get("msg", 65536))
@@ -145,10 +148,19 @@ class Worker:
 
     # -- transports --------------------------------------------------------------------------
     async def open(self) -> None:
-        if self.stack == "braid":
-            from transport.api import connect
+        if self.braid:
+            if self.stack == "braid-inproc":
+                from pathlib import Path
 
-            self.client = await connect(self.spec["socket"])
+                from transport.local import open_local
+
+                cfg = self.spec.get("config") or str(Path(self.spec["socket"]).with_suffix(
+                    ".toml"))
+                self.client = await open_local(cfg)
+            else:
+                from transport.api import connect
+
+                self.client = await connect(self.spec["socket"])
             self.tasks.append(asyncio.ensure_future(self._braid_rx()))
             for peer in self.spec.get("connect", []):
                 await asyncio.wait_for(self.client.connect_peer(f"h{peer[0]}"), 20)
@@ -246,7 +258,7 @@ class Worker:
     async def send(self, dst: int, data: bytes, until: float) -> Any:
         """Queue one message; Braid returns the ack future, TCP awaits buffer room."""
         self.sent_msgs += 1
-        if self.stack == "braid":
+        if self.braid:
             return await asyncio.wait_for(self.client.submit(f"h{dst}", data),
                                           max(0.05, until - time.monotonic()))
         w = self.writers[dst]
@@ -363,7 +375,7 @@ class Worker:
                 "arrivals": {str(k): v for k, v in self.arrivals.items()}}
 
     async def conn_stats(self) -> dict[int, dict[str, Any]]:
-        """The local daemon's connections by local cid (Braid only)."""
+        """The local daemon's (or endpoint's) connections by local cid (Braid only)."""
         st = await asyncio.wait_for(self.client.stats(), 5)
         return {int(c["stats"]["local_cid"]): {
             "peer": c.get("peer"), "role": c.get("role"), "cc": c.get("cc") or {},
@@ -374,10 +386,31 @@ class Worker:
             **c["stats"]}
                 for c in st.get("connections", [])}
 
+    async def _quiet(self, limit: float, quiet: float = 0.5) -> None:
+        """An in-process endpoint goes away with its worker, and its CLOSE
+        fails what a peer still has in flight to it (a daemon would stay and
+        acknowledge it). Before closing, wait until nothing has arrived for
+        ``quiet`` seconds (at most ``limit``): the peers' last messages are
+        then acknowledged, not failed."""
+        end = time.monotonic() + limit
+        last, since = -1, time.monotonic()
+        while time.monotonic() < end:
+            st = await self.client.stats()
+            got = sum(int(c["stats"].get("bytes_received") or 0)
+                      for c in st.get("connections", []))
+            if got != last:
+                last, since = got, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
+            await asyncio.sleep(0.05)
+
     async def close(self) -> dict[str, Any]:
         self.closing = True
         extra: dict[str, Any] = {}
-        if self.stack == "braid" and self.client is not None:
+        if self.stack == "braid-inproc" and self.client is not None:
+            with contextlib.suppress(Exception):
+                await self._quiet(float(self.spec.get("grace", 5)))
+        if self.braid and self.client is not None:
             try:
                 now = await self.conn_stats()
                 conns = []
