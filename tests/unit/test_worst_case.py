@@ -12,9 +12,8 @@ from __future__ import annotations
 import pytest
 
 from testbed.sim import worst_case as W
-from transport.ev_state import EvSet, PlaneState
 from transport.path_health import PathHealth
-from transport.paths import SprayPolicy
+from transport.paths import EvSet, PlaneState, SprayPolicy
 from transport.psn import unwrap, wire
 from transport.receiver import Receiver
 from transport.sender import MAX_TLPS, Sender
