@@ -96,8 +96,8 @@ class Ev:
 
     ``value`` (0..65535) is what the I/O maps to a UDP source port / flow
     label. Identity matters (``eq=False``): policies compare EVs with ``is``.
-    Times are seconds on the caller's clock; ``srtt``/``min_rtt`` are None
-    until the first RTT sample.
+    Times are seconds on the caller's clock. Its RTT is kept with every
+    path's in ``transport/paths/model.py`` (``PathModel``).
     """
 
     plane: int
@@ -111,8 +111,6 @@ class Ev:
     last_hop_trims: int = 0
     losses: int = 0
     probes_sent: int = 0
-    srtt: float | None = None
-    min_rtt: float | None = None
     last_sent: float | None = None
     last_acked: float | None = None
     #: When the next probe is due (None: not being probed).
@@ -137,6 +135,4 @@ class Ev:
             "last_hop_trims": self.last_hop_trims,
             "losses": self.losses,
             "probes_sent": self.probes_sent,
-            "srtt": self.srtt,
-            "min_rtt": self.min_rtt,
         }

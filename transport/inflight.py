@@ -4,11 +4,12 @@ RTT samples (connection, per plane, per EV) and the recovery histogram."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from transport.ev_state import Ev
 from transport.loss_detect import LossDetection
+from transport.loss_policy import LossVerdict
 from transport.paths.model import RttEstimator
 from transport.psn import unwrap
 from transport.send_queue import SentPacket
@@ -73,6 +74,7 @@ class InflightTable(LossDetection):
     rto_backoff: int
     slowest_recovery: float
     slowest_recovery_sends: int
+    twin_resends: int
 
     def on_sent(self, p: SentPacket, *, ev: Ev, ev_key: int, now: float, timestamp: int) -> None:
         if p.transmissions:
@@ -120,6 +122,44 @@ class InflightTable(LossDetection):
         self.packets_sent += len(run)
 
     # -- acknowledgements --------------------------------------------------------
+
+    def on_twin_sent(self, p: SentPacket, ev: Ev, ev_key: int) -> None:
+        """``p``'s resend also went out as a second copy on ``ev``
+        (``TWIN_AFTER_LOSSES``), same timestamp."""
+        p.twin_ev, p.twin_key = ev, ev_key
+        self.twin_resends += 1
+        self.retransmissions += 1
+        self.packets_sent += 1
+
+    def on_verdicts(self, lost: Sequence[SentPacket], verdicts: Sequence[LossVerdict]) -> int:
+        """Record the loss policy's verdicts on the packets just declared lost
+        (which plane and EV were charged, whether the controller heard it,
+        whether to resend as twins); the bytes the controller hears."""
+        cc_bytes = 0
+        for p, v in zip(lost, verdicts, strict=True):
+            if v.twin:
+                p.twin = True
+            if v.to_controller:
+                p.cc_lost = True
+                cc_bytes += p.length
+            ev = p.ev
+            if ev is not None:
+                p.lost_plane = ev.plane
+                p.lost_ev = ev
+        return cc_bytes
+
+    def take_back_loss(self, p: SentPacket) -> tuple[int, Ev | None, bool]:
+        """``p`` was declared lost and is acknowledged after all: the plane and
+        EV its loss was charged to (-1 / None: none) and whether the
+        controller heard it; each is cleared so it is taken back once."""
+        out = (p.lost_plane, p.lost_ev, p.cc_lost)
+        p.lost_plane, p.lost_ev, p.cc_lost = -1, None, False
+        return out
+
+    def take_back_plane(self, p: SentPacket) -> int:
+        """The plane ``p``'s loss was charged to (-1: none), cleared."""
+        plane, p.lost_plane = p.lost_plane, -1
+        return plane
 
     def _ack(self, p: SentPacket, res: AckResult, echo_ts: int | None = None,
              was_lost: bool = False) -> None:
@@ -249,8 +289,7 @@ class InflightTable(LossDetection):
                 res.late_echo, res.late_rtt = p, rtt
 
     def _plane_sample(self, res: AckResult, plane: int, rtt: float) -> None:
-        old = self.plane_rtt.get(plane)
-        self.plane_rtt[plane] = rtt if old is None else 0.875 * old + 0.125 * rtt
+        self.path_model.plane_sample(plane, rtt)
         res.plane_rtt = (plane, rtt)
 
 
@@ -348,8 +387,7 @@ class InflightTable(LossDetection):
                 self.every_rtt.update(rtt)
                 if not sampled.twin:  # a twin's path is not known
                     key = (sampled.ev.plane << 16) | sampled.ev.value if sampled.ev else -1
-                    old = self.ev_rtt.get(key)
-                    self.ev_rtt[key] = rtt if old is None else 0.75 * old + 0.25 * rtt
+                    self.path_model.ev_sample(key, rtt)
                     if sampled.ev:
                         self._plane_sample(res, sampled.ev.plane, rtt)
                         self._echoes.append(sack.echo_ts)
@@ -386,7 +424,7 @@ class InflightTable(LossDetection):
             # connection's srtt: Karn-safe only for the plane).
             rtt = self._echo_rtt(sack, now_us)
             self._echoes.append(sack.echo_ts)
-            if 0 < rtt < 60 and (sack.plane in self.plane_rtt or len(self.plane_rtt) < 64):
+            if 0 < rtt < 60 and self.path_model.tracks(sack.plane):
                 self._plane_sample(res, sack.plane, rtt)
         if res.newly_acked:
             self.last_progress = now

@@ -4,20 +4,10 @@ trimmed-header NACKs, and sweeps of a plane or of the whole window."""
 
 from __future__ import annotations
 
-from transport.paths.model import RttEstimator
+from transport.paths.model import PathModel, RttEstimator
 from transport.psn import unwrap
 from transport.send_queue import SendQueue, SentPacket
 
-#: A packet declared lost this many times (its resend was lost too), with no
-#: queueing behind the loss, is resent as two copies on two EVs: on a path
-#: that loses at random, the worst packet of a run is otherwise lost again
-#: and again, a loss-detection delay each time, and holds its message (issue
-#: 13's compound row: 30% loss, one packet sent 9 times over 46 ms). Two
-#: copies make a further loss the square of the path's loss rate; they cost
-#: (loss rate)^2 of the traffic. Not for congestive losses (a queue behind
-#: them): copies there only feed the queue (an incast with 34% tail drops
-#: lost 6% of its goodput to them).
-TWIN_AFTER_LOSSES = 2
 #: Upper bounds (ms) of the loss-recovery histogram: how long a packet that
 
 
@@ -27,14 +17,13 @@ class LossDetection(SendQueue):
     _ev_acked_seq: dict[int, int]
     ack_delay: float
     bytes_in_flight: int
-    ev_rtt: dict[int, float]
+    path_model: PathModel
     largest_acked_seq: int
     lost_by_ev_order: int
     lost_by_rto: int
     lost_by_time: int
     lost_unreachable: int
     nacks: int
-    plane_rtt: dict[int, float]
     reorder_extra: float
     reorder_fraction: float
     rtt: RttEstimator
@@ -43,7 +32,8 @@ class LossDetection(SendQueue):
     # -- loss inference ----------------------------------------------------------
 
     def _threshold(self, key: int) -> float:
-        base = max(self.ev_rtt.get(key, 0.0), self.plane_rtt.get(key >> 16, 0.0),
+        model = self.path_model
+        base = max(model.ev_srtt.get(key, 0.0), model.plane_srtt.get(key >> 16, 0.0),
                    self.rtt.srtt)
         return (base * (1 + self.reorder_fraction) + self.ack_delay + 2 * self.rtt.rttvar
                 + self.reorder_extra)

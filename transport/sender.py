@@ -35,8 +35,8 @@ from __future__ import annotations
 from collections import deque
 
 from transport.inflight import RECOVERY_BOUNDS_MS, RECOVERY_KEYS, AckResult
-from transport.loss_detect import TWIN_AFTER_LOSSES
-from transport.paths.model import RttEstimator
+from transport.loss_policy import TWIN_AFTER_LOSSES
+from transport.paths.model import PathModel, RttEstimator
 from transport.send_queue import SentPacket, _Outbound
 from transport.tlp_rto import MAX_TLPS, TLP_PACKETS, TailProbes
 from wire.constants import INITIAL_CREDIT
@@ -59,7 +59,8 @@ class Sender(TailProbes):
 
     def __init__(self, *, payload_size: int, initial_rtt: float, min_rto: float,
                  max_rto: float, reorder_fraction: float, ack_delay: float,
-                 psn_window: int, initial_psn: int = 0) -> None:
+                 psn_window: int, initial_psn: int = 0,
+                 path_model: PathModel | None = None) -> None:
         self.payload_size = payload_size
         self.min_rto = min_rto
         self.max_rto = max_rto
@@ -98,12 +99,9 @@ class Sender(TailProbes):
         #: credit edge the receiver granted (wire/SPEC.md "Receive credit").
         self.credit_edge = INITIAL_CREDIT
         self.new_bytes_sent = 0
-        self.ev_rtt: dict[int, float] = {}
-        #: Smoothed RTT per plane: the floor of every EV's loss threshold on
-        #: it. Most EVs have no sample of their own (one per SACK), and the
-        #: connection's srtt mixes planes: on a plane 4x slower than the other
-        #: every packet would look lost (issue 13, latency case).
-        self.plane_rtt: dict[int, float] = {}
+        #: Per-plane and per-EV RTT (shared with the EV set: one owner of
+        #: each plane's RTT); the loss thresholds read it.
+        self.path_model = path_model if path_model is not None else PathModel()
         #: Echoes already timed: a SACK repeated without new data (hole
         #: refresh, duplicate) echoes an old packet, whose age is no RTT.
         self._echoes: deque[int] = deque(maxlen=16)

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from transport.ev_state import TRANSITIONS, Ev, EvEvent, EvState, PlaneState
+from transport.paths.model import PathModel
 
 GOOD = EvState.GOOD
 SKIP = EvState.SKIP
@@ -43,8 +44,6 @@ class _Plane:
     index: int
     evs: list[Ev]
     state: PlaneState = PlaneState.UP
-    #: Last time anything (ACK, trim NACK, probe ACK) came back from the plane.
-    last_heard: float = -math.inf
     #: Send time of the newest packet (or probe) of this plane whose answer
     #: came back: the plane certainly worked then.
     answered_sent: float = -math.inf
@@ -72,10 +71,6 @@ class _Plane:
     #: plane was parked: still bad when it comes back (a dead spine of a
     #: plane whose other spines work), unless they are most of the plane.
     bad_at_park: frozenset[int] = frozenset()
-    #: Smoothed RTT of this plane's own samples (None: none yet). Planes are
-    #: independent fabrics: one 4x slower than the others must not look
-    #: silent by the connection's (mixed) RTT (issue 13).
-    srtt: float | None = None
     #: The connection's smoothed RTT when the plane was last heard from: the
     #: RTT it had when (if) the plane went silent. A park logs it, since
     #: the connection's srtt moves during the silence (a fault that also
@@ -102,12 +97,17 @@ class EvSetCore:
         plane_silent_sends: int = 5,
         skip_rotations: int = 12,
         late_floor: float = 0.0,
+        model: PathModel | None = None,
     ) -> None:
         if planes < 1 or evs_per_plane < 1:
             raise ValueError("need at least one plane and one EV per plane")
         if planes * evs_per_plane > 65536:
             raise ValueError("more EVs than 16-bit entropy values")
         self.seed = seed
+        #: Per-plane RTT and last-heard times (shared with the sender).
+        self.model = model if model is not None else PathModel(planes)
+        if len(self.model.heard) < planes:
+            self.model.heard.extend([-math.inf] * (planes - len(self.model.heard)))
         # MRC skips a marked EV "for the rest of the rotation"; with a rotation
         # shorter than an RTT (many packets in flight) the mark arrives after
         # the EV was already used again, so one rotation barely moves its
@@ -189,7 +189,7 @@ class EvSetCore:
         return self._planes[plane].answered_sent
 
     def plane_last_heard(self, plane: int) -> float:
-        return self._planes[plane].last_heard
+        return self.model.heard[plane]
 
     # -- state table -------------------------------------------------------------
 
@@ -250,19 +250,11 @@ class EvSetCore:
             self.plane_silence = PLANE_SILENCE_RTTS * srtt + ack_delay
 
 
-    def _rtt_sample(self, ev: Ev, rtt: float | None) -> None:
-        if rtt is None or rtt <= 0:
-            return
-        ev.srtt = rtt if ev.srtt is None else 0.875 * ev.srtt + 0.125 * rtt
-        if ev.min_rtt is None or rtt < ev.min_rtt:
-            ev.min_rtt = rtt
-
-    def plane_rtt_sample(self, plane_index: int, rtt: float) -> None:
-        """A round trip through ``plane_index`` (a SACK's echo, a probe's answer)."""
-        if rtt <= 0 or not 0 <= plane_index < len(self._planes):
-            return
-        plane = self._planes[plane_index]
-        plane.srtt = rtt if plane.srtt is None else 0.875 * plane.srtt + 0.125 * rtt
+    def plane_srtt(self, plane: _Plane) -> float | None:
+        """The plane's own smoothed RTT (None: no sample yet). Planes are
+        independent fabrics: one 4x slower than the others must not look
+        silent by the connection's (mixed) RTT (issue 13)."""
+        return self.model.plane_srtt.get(plane.index)
 
 
     def _log_plane(self, now: float, plane: _Plane, what: str, cause: str) -> None:

@@ -51,7 +51,6 @@ class EvSet(EvProbes):
                sent: float | None = None) -> None:
         ev.acked += 1
         ev.last_acked = now
-        self._rtt_sample(ev, rtt)
         self._heard(ev, now, sent)
         if ecn:
             ev.ecn_marks += 1
@@ -66,7 +65,6 @@ class EvSet(EvProbes):
         what hearing each does."""
         ev.acked += n
         ev.last_acked = now
-        self._rtt_sample(ev, rtt)
         self._heard(ev, now, sent)
         if ev.skip_strikes and ev.state is GOOD:
             ev.skip_strikes = 0
@@ -143,7 +141,7 @@ class EvSet(EvProbes):
                 "state": plane.state.value,
                 "evs": len(plane.evs),
                 "parks": plane.parks,
-                "srtt": plane.srtt,
+                "srtt": self.plane_srtt(plane),
             }
             for s in EvState:
                 row[s.value] = sum(1 for ev in plane.evs if ev.state is s)
@@ -161,5 +159,6 @@ class EvSet(EvProbes):
         return {
             "states": {s.value: n for s, n in self.counts.items()},
             "planes": planes,
-            "evs": [ev.as_dict() for ev in self.evs],
+            "evs": [ev.as_dict() | {"srtt": self.model.ev_rtt(ev.plane, ev.value)}
+                    for ev in self.evs],
         }

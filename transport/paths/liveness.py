@@ -49,7 +49,7 @@ class PlaneLiveness(EvSetCore):
         """Something came back from ``ev``'s plane, answering a packet sent at
         ``sent`` (None: unknown, taken as ``now``)."""
         plane = self._planes[ev.plane]
-        plane.last_heard = now
+        self.model.heard[plane.index] = now
         plane.heard_srtt = self.srtt
         if plane.lossy:
             plane.lossy.clear()
@@ -70,9 +70,10 @@ class PlaneLiveness(EvSetCore):
     def _silence(self, plane: _Plane) -> float:
         """``plane_silence``, stretched for a plane slower than the connection's
         smoothed RTT (its own RTT samples say so)."""
-        if self._silence_fixed or plane.srtt is None or plane.srtt <= self.srtt:
+        srtt = self.plane_srtt(plane)
+        if self._silence_fixed or srtt is None or srtt <= self.srtt:
             return self.plane_silence
-        return PLANE_SILENCE_RTTS * plane.srtt + self._ack_delay
+        return PLANE_SILENCE_RTTS * srtt + self._ack_delay
 
 
     def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
@@ -146,7 +147,8 @@ class PlaneLiveness(EvSetCore):
         plane's silence."""
         if plane is None:
             return min(self.srtt + self._ack_delay, self.plane_silence)
-        rtt = self.srtt if plane.srtt is None else max(self.srtt, plane.srtt)
+        srtt = self.plane_srtt(plane)
+        rtt = self.srtt if srtt is None else max(self.srtt, srtt)
         return min(rtt + self._ack_delay, self._silence(plane))
 
     def _next_action(self, plane: _Plane, others_up: bool) -> tuple[float, bool] | None:
@@ -222,7 +224,7 @@ class PlaneLiveness(EvSetCore):
             # nothing heard for ``plane_silence``.
             if len(plane.lossy) < min(self.plane_loss_evs, len(plane.evs)):
                 return None, False
-            return plane.last_heard + self._silence(plane), True
+            return self.model.heard[plane.index] + self._silence(plane), True
         lost_unanswered = plane.loss_sent > plane.answered_sent and plane.loss_sent >= q[0]
         evidence = lost_unanswered or self._newest_answer > q[0]
         if not evidence and not (others_up and all(
@@ -270,7 +272,7 @@ class PlaneLiveness(EvSetCore):
     def _unpark(self, plane: _Plane, now: float, answered: Ev | None = None) -> None:
         plane.state = PlaneState.UP
         self._log_plane(now, plane, "up", "probe")
-        plane.last_heard = now
+        self.model.heard[plane.index] = now
         # Sends before the park were answered or lost: start afresh.
         plane.answered_sent = now
         plane.unanswered.clear()

@@ -173,8 +173,8 @@ class PathPolicy:
         self.ev_set.on_late(ev, now, rtt)
 
     def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
-        """A round trip through ``plane`` (a SACK's echo)."""
-        self.ev_set.plane_rtt_sample(plane, rtt)
+        """A round trip through ``plane`` (a SACK's echo), for a policy that
+        weighs planes; the plane's RTT itself is the sender's ``PathModel``'s."""
 
     def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
         """A loss too weak to condemn ``ev``, still evidence about its plane."""

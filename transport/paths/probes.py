@@ -63,9 +63,6 @@ class EvProbes(PlaneLiveness):
             ev.next_probe = now + interval
 
     def on_probe_ack(self, ev: Ev, now: float, rtt: float | None = None) -> None:
-        self._rtt_sample(ev, rtt)
-        if rtt is not None:
-            self.plane_rtt_sample(ev.plane, rtt)
         ev.last_acked = now
         plane = self._planes[ev.plane]
         if plane.state is PlaneState.PARKED:
