@@ -220,13 +220,13 @@ class ConnDispatch(ConnLifecycle):
             # from whatever its verdict charged.
             lost_plane, lost_ev, cc_lost = self.sender.take_back_loss(p)
             if lost_plane >= 0:
-                self.paths.on_late(lost_plane)
+                self.paths.ev_set.on_late_plane(lost_plane)
             if lost_ev is not None:
                 # How late: the SACK's echo timed it, or it was sent once
                 # and this SACK is the first word of it.
                 late = res.late_rtt if p is res.late_echo else \
                     now - p.sent_time if p.transmissions == 1 else None
-                self.paths.on_late_ev(lost_ev, now, late)
+                self.paths.ev_set.on_late(lost_ev, now, late)
             if cc_lost:
                 spurious += p.length
         if spurious:
@@ -255,7 +255,7 @@ class ConnDispatch(ConnLifecycle):
                 # lossy plane (the plane shares take the loss back).
                 q = self.sender.lost_copy(nack.psn, nack.echo_ts)
                 if q is not None and (lost_plane := self.sender.take_back_plane(q)) >= 0:
-                    self.paths.on_late(lost_plane)
+                    self.paths.ev_set.on_late_plane(lost_plane)
                 return
             if last_hop:
                 self.trims_last_hop += 1

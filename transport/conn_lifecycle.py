@@ -123,7 +123,7 @@ class ConnLifecycle(ConnHandshake):
         if self.is_established:
             # Probes go out only while established (datagrams_to_send): a due
             # probe timer in any other state would fire again at once, forever.
-            cands.append(self.paths.next_timer())
+            cands.append(self.paths.ev_set.next_timer())
         if s.has_outstanding:
             cands.append(s.last_progress + self.config.idle_fail_timeout)
         if self._persist_at is not None:

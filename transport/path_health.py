@@ -65,11 +65,11 @@ class PathHealth:
 
     def on_sent(self, ev: Ev, now: float) -> None:
         """A data packet left on ``ev`` (times the plane's unanswered sends)."""
-        self.paths.on_sent(ev, now)
+        self.paths.ev_set.on_sent(ev, now)
 
     def on_sent_run(self, ev: Ev, now: float, n: int) -> None:
         """``n`` data packets left on ``ev`` at ``now``."""
-        self.paths.on_sent_run(ev, now, n)
+        self.paths.ev_set.on_sent_run(ev, now, n)
 
     def set_rtt(self, srtt: float, ack_delay: float) -> None:
         """The measured smoothed RTT: plane silence is counted in it."""
@@ -78,7 +78,7 @@ class PathHealth:
     def plane_rtt(self, plane: int, rtt: float, now: float) -> None:
         """A round-trip sample of one plane: its liveness is timed by it, and
         the policy may weigh planes by it."""
-        self.paths.on_plane_rtt(plane, rtt, now)
+        self.paths.ev_set.on_plane_rtt(plane, rtt, now)
 
     def on_acked(self, acked: Iterable[SentPacket], now: float, *, ecn_ev: int | None,
                  sampled: SentPacket | None, rtt: float | None) -> None:
@@ -91,7 +91,7 @@ class PathHealth:
             ev = p.ev
             if ev is None or not p.ack_exact:
                 continue
-            self.paths.on_ack(ev, now, ev.value == ecn_ev, rtt if p is sampled else None,
+            self.paths.ev_set.on_ack(ev, now, ev.value == ecn_ev, rtt if p is sampled else None,
                               p.sent_time)
             s = scores.get(ev.value)
             if s:
@@ -127,7 +127,7 @@ class PathHealth:
 
     def _credit_run(self, ev: Ev, n: int, now: float, rtt: float | None,
                     newest: float) -> None:
-        self.paths.on_acks(ev, now, n, rtt, newest)
+        self.paths.ev_set.on_acks(ev, now, n, rtt, newest)
         s = self._score.get(ev.value)
         if s:
             self._score[ev.value] = max(0, s - n)
@@ -143,14 +143,14 @@ class PathHealth:
             if ev is None:
                 continue
             if v.condemn:
-                self.paths.on_loss(ev, now, p.sent_time)
+                self.paths.ev_set.on_loss(ev, now, p.sent_time)
                 self._score[ev.value] = 0
             else:
-                self.paths.on_plane_loss(ev, now, p.sent_time)
+                self.paths.ev_set.on_plane_loss(ev, now, p.sent_time)
                 self._score[ev.value] = self._score.get(ev.value, 0) + LOSS_PENALTY
 
     def on_trim(self, ev: Ev, now: float, *, last_hop: bool, sent: float | None = None) -> None:
-        self.paths.on_trim(ev, now, last_hop, sent)
+        self.paths.ev_set.on_trim(ev, now, last_hop, sent)
 
     def _fresh(self, plane: int, now: float, srtt: float) -> bool:
         """Did ``plane`` answer something within the last two smoothed RTTs?"""
@@ -207,7 +207,7 @@ class PathHealth:
         if avoid is None or self._fresh(ev.plane, now, srtt):
             return ev
         if not any(self._fresh(p, now, srtt) for p in range(self.planes)
-                   if self.paths.plane_state(p).value == "up"):
+                   if self.paths.ev_set.plane_state(p).value == "up"):
             return ev
         for _ in range(4 * self.planes):
             alt = self.paths.next_ev(now, avoid)
@@ -227,7 +227,7 @@ class PathHealth:
         for k in range(n):
             ev = evs[(self._resort_cursor + k) % n]
             if ev.state.value == "assumed_bad" and \
-                    self.paths.plane_state(ev.plane).value == "up":
+                    self.paths.ev_set.plane_state(ev.plane).value == "up":
                 self._resort_cursor = (ev.index + 1) % n
                 ev.sent += 1
                 ev.last_sent = now
@@ -238,13 +238,13 @@ class PathHealth:
 
     def send_probes(self, now: float, sealer: Sealer, *, psn: int, timestamp: int,
                     out: list[tuple[bytes, TxPath]]) -> None:
-        for ev in self.paths.due_probes(now):
+        for ev in self.paths.ev_set.due_probes(now):
             pid = self._next_probe_id
             self._next_probe_id = (pid + 1) & 0xFFFFFFFF or 1
             self._probes[pid] = (ev, now)
             probe = Probe(pid, ev.value, psn, timestamp, ev.plane)
             out.append((sealer.seal(probe), TxPath(ev.plane, ev.value, Dscp.CONTROL)))
-            self.paths.on_probe_sent(ev, now)
+            self.paths.ev_set.on_probe_sent(ev, now)
             self.probes_sent += 1
         if len(self._probes) > _MAX_OUTSTANDING_PROBES:  # answers that never came
             for pid in list(self._probes)[: _MAX_OUTSTANDING_PROBES // 2]:
@@ -256,7 +256,7 @@ class PathHealth:
             self.stale_probe_acks += 1
             return False
         ev, sent = entry
-        self.paths.on_probe_ack(ev, now, now - sent)
+        self.paths.ev_set.on_probe_ack(ev, now, now - sent)
         return True
 
     def take_changes(self) -> list[EvStateChanged]:

@@ -78,6 +78,28 @@ class _Plane:
     heard_srtt: float = 0.0
 
 
+class EvWatcher:
+    """What a path policy learns of the feedback its EV set applied (each
+    call comes after the set updated its states). The EV set is the one owner
+    of EV health; a policy that weighs or recycles paths (``spray``, ``reps``)
+    watches it instead of taking the feedback itself."""
+
+    def acked(self, ev: Ev, now: float, n: int, ecn: bool) -> None:
+        """``n`` packets of ``ev`` were acknowledged (ECN-marked if ``ecn``)."""
+
+    def trimmed(self, ev: Ev, now: float, last_hop: bool) -> None:
+        """A packet of ``ev`` was trimmed (at the last hop if ``last_hop``)."""
+
+    def lost(self, ev: Ev, now: float, condemned: bool) -> None:
+        """A packet of ``ev`` was declared lost; ``condemned``: the EV with it."""
+
+    def late(self, plane: int) -> None:
+        """A packet declared lost on ``plane`` was acknowledged after all."""
+
+    def plane_rtt(self, plane: int, rtt: float, now: float) -> None:
+        """A round trip through ``plane`` (a SACK's echo)."""
+
+
 class EvSetCore:
     """The state every part of ``EvSet`` shares (see ``EvSet``)."""
 
@@ -162,6 +184,8 @@ class EvSetCore:
         #: The connection's smoothed RTT (``set_rtt``; base_rtt until then).
         self.srtt = base_rtt
         self._ack_delay = 0.0
+        #: Policies watching the feedback (``EvWatcher``).
+        self.watchers: list[EvWatcher] = []
         #: Newest answered send time over all planes.
         self._newest_answer = -math.inf
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from transport.ev_state import Ev, EvEvent, EvState, PlaneState
-from transport.paths.ev_core import ASSUMED_BAD, GOOD, LATE_RTTS
+from transport.paths.ev_core import ASSUMED_BAD, GOOD, LATE_RTTS, EvWatcher
 from transport.paths.probes import EvProbes
 
 
@@ -57,6 +57,8 @@ class EvSet(EvProbes):
             self._apply(ev, EvEvent.ECN_ACK)
         elif ev.skip_strikes and ev.state is GOOD:
             ev.skip_strikes = 0
+        for w in self.watchers:
+            w.acked(ev, now, 1, ecn)
 
     def on_acks(self, ev: Ev, now: float, n: int, rtt: float | None, sent: float) -> None:
         """``on_ack`` (no ECN mark) for ``n`` packets of ``ev``, the newest
@@ -68,6 +70,8 @@ class EvSet(EvProbes):
         self._heard(ev, now, sent)
         if ev.skip_strikes and ev.state is GOOD:
             ev.skip_strikes = 0
+        for w in self.watchers:
+            w.acked(ev, now, n, False)
 
     def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
         # The trimmed header crossed the plane and the NACK came back: the
@@ -79,6 +83,8 @@ class EvSet(EvProbes):
         else:
             ev.trims += 1
             self._apply(ev, EvEvent.FABRIC_TRIM)
+        for w in self.watchers:
+            w.trimmed(ev, now, last_hop)
 
     def on_loss(self, ev: Ev, now: float, sent: float | None = None) -> None:
         """Strong evidence against ``ev`` (it goes ASSUMED_BAD); the loss of a
@@ -87,7 +93,35 @@ class EvSet(EvProbes):
         plane = self._planes[ev.plane]
         if self._apply(ev, EvEvent.LOSS) and plane.state is PlaneState.UP:
             self._start_probing(ev, now, self.probe_initial)
-        self.on_plane_loss(ev, now, now if sent is None else sent)
+        self._plane_loss(ev, now, now if sent is None else sent)
+        for w in self.watchers:
+            w.lost(ev, now, True)
+
+    def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
+        """A packet sent on ``ev`` at ``sent`` was declared lost. Too weak to
+        condemn the EV (one loss is noise), but every loss is evidence about
+        the plane: with the time since its oldest unanswered send, it parks
+        a dead plane however little is in flight."""
+        self._plane_loss(ev, now, sent)
+        for w in self.watchers:
+            w.lost(ev, now, False)
+
+    def on_late_plane(self, plane: int) -> None:
+        """A packet declared lost on ``plane`` was acknowledged after all (an
+        earlier copy was only late): nothing to undo in the EV states; the
+        policy's plane shares take the loss back."""
+        for w in self.watchers:
+            w.late(plane)
+
+    def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
+        """A round trip through ``plane`` (a SACK's echo), for a policy that
+        weighs planes; the plane's RTT itself is the ``PathModel``'s (the
+        sender feeds it)."""
+        for w in self.watchers:
+            w.plane_rtt(plane, rtt, now)
+
+    def watch(self, watcher: EvWatcher) -> None:
+        self.watchers.append(watcher)
 
     def on_late(self, ev: Ev, now: float, rtt: float | None = None) -> None:
         """A packet declared lost on ``ev`` was acknowledged after all; its

@@ -76,7 +76,7 @@ class PlaneLiveness(EvSetCore):
         return PLANE_SILENCE_RTTS * srtt + self._ack_delay
 
 
-    def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
+    def _plane_loss(self, ev: Ev, now: float, sent: float) -> None:
         """A packet sent on ``ev`` at ``sent`` was declared lost. Too weak to
         condemn the EV (one loss is noise), but every loss is evidence about
         the plane: with the time since its oldest unanswered send, it parks

@@ -65,33 +65,19 @@ class SprayPolicy(PathPolicy):
         if shares is not None and not shares.even:
             shares.charge(ev.plane, n)
 
-    def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None,
-               sent: float | None = None) -> None:
-        super().on_ack(ev, now, ecn, rtt, sent)
-        if self.shares is not None:
-            self.shares.on_outcome(ev.plane, acked=1)
-
-    def on_acks(self, ev: Ev, now: float, n: int, rtt: float | None, sent: float) -> None:
-        super().on_acks(ev, now, n, rtt, sent)
+    def acked(self, ev: Ev, now: float, n: int, ecn: bool) -> None:
         if self.shares is not None:
             self.shares.on_outcome(ev.plane, acked=n)
 
-    def on_loss(self, ev: Ev, now: float, sent: float | None = None) -> None:
-        super().on_loss(ev, now, sent)
+    def lost(self, ev: Ev, now: float, condemned: bool) -> None:
         if self.shares is not None:
             self.shares.on_outcome(ev.plane, lost=1)
 
-    def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
-        super().on_plane_loss(ev, now, sent)
-        if self.shares is not None:
-            self.shares.on_outcome(ev.plane, lost=1)
-
-    def on_late(self, plane: int) -> None:
+    def late(self, plane: int) -> None:
         if self.shares is not None:
             self.shares.on_late(plane)
 
-    def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
-        super().on_plane_rtt(plane, rtt, now)
+    def plane_rtt(self, plane: int, rtt: float, now: float) -> None:
         shares = self.shares
         if shares is None:
             return
@@ -218,26 +204,18 @@ class RepsPolicy(PathPolicy):
         self.explored += 1
         return self.rotation.next_good(avoid)
 
-    def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None,
-               sent: float | None = None) -> None:
-        super().on_ack(ev, now, ecn, rtt, sent)
+    def acked(self, ev: Ev, now: float, n: int, ecn: bool) -> None:
         if not ecn and ev.state is GOOD:
-            self.cache.append(ev)
-
-    def on_acks(self, ev: Ev, now: float, n: int, rtt: float | None, sent: float) -> None:
-        super().on_acks(ev, now, n, rtt, sent)
-        if ev.state is GOOD:
             self.cache.extend(repeat(ev, n))
 
-    def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
-        super().on_trim(ev, now, last_hop, sent)
+    def trimmed(self, ev: Ev, now: float, last_hop: bool) -> None:
         # A last-hop trim is the receiver's incast, not this path's fault.
         if last_hop and ev.state is GOOD:
             self.cache.append(ev)
 
-    def on_loss(self, ev: Ev, now: float, sent: float | None = None) -> None:
-        super().on_loss(ev, now, sent)
-        self.frozen_until = now + self.freeze
+    def lost(self, ev: Ev, now: float, condemned: bool) -> None:
+        if condemned:
+            self.frozen_until = now + self.freeze
 
     def snapshot(self) -> dict[str, Any]:
         snap = super().snapshot()

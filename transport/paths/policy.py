@@ -10,22 +10,23 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from transport.ev_state import Ev, EvState, PlaneState
+from transport.paths.ev_core import EvWatcher
 from transport.paths.ev_set import EvSet
 
 GOOD = EvState.GOOD
 
 
-class PathPolicy:
-    """Chooses the EV of each packet; all policies take the same feedback.
+class PathPolicy(EvWatcher):
+    """Chooses the EV of each packet; that is all a policy does.
 
     Pass ``ev_set`` to share one, or the ``EvSet`` keyword parameters
-    (planes, evs_per_plane, seed, base_rtt, ...) to build one. ``next_ev``
-    records the send on the EV it returns and returns None only when no EV
-    at all is usable (the core then probes and eventually fails).
-    ``avoid`` (the EV a NACKed/lost packet used) is never returned while any
-    other usable EV exists. Probing: when ``next_timer()`` fires, send one
-    probe per EV of ``due_probes(now)`` and report it with ``on_probe_sent``;
-    ``due_probes`` is also where planes that went silent get parked.
+    (planes, evs_per_plane, seed, base_rtt, ...) to build one. Feedback
+    (ACKs, trims, losses, probes) goes to the ``EvSet``, the one owner of
+    EV health and probing; a policy that weighs or recycles paths watches
+    it (``EvWatcher`` hooks). ``next_ev`` records the send on the EV it
+    returns and returns None only when no EV at all is usable (the core
+    then probes and eventually fails). ``avoid`` (the EV a NACKed/lost
+    packet used) is never returned while any other usable EV exists.
     """
 
     name: ClassVar[str] = "base"
@@ -35,6 +36,7 @@ class PathPolicy:
         if spray_run < 1:
             raise ValueError("spray_run must be ≥ 1")
         self.ev_set = ev_set if ev_set is not None else EvSet(**ev_set_params)
+        self.ev_set.watch(self)
         #: Spray granularity: consecutive first transmissions that share one
         #: EV (1 = per-packet spraying). A run lets the I/O layer send them
         #: in one system call (UDP GSO: one batch is one source port).
@@ -140,74 +142,6 @@ class PathPolicy:
     @property
     def evs(self) -> list[Ev]:
         return self.ev_set.evs
-
-    def lookup(self, value: int) -> Ev | None:
-        return self.ev_set.lookup(value)
-
-    def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None,
-               sent: float | None = None) -> None:
-        """``sent``: when the acknowledged packet left (None: unknown, ``now``)."""
-        self.ev_set.on_ack(ev, now, ecn, rtt, sent)
-
-    def on_acks(self, ev: Ev, now: float, n: int, rtt: float | None, sent: float) -> None:
-        """``n`` unmarked acknowledgements for ``ev``, the newest of a packet
-        sent at ``sent``; ``rtt`` is the one RTT sample among them, if any
-        (``on_ack`` each, in one call; a policy that hooks ``on_ack`` hooks
-        this too, as ``RepsPolicy`` does)."""
-        self.ev_set.on_acks(ev, now, n, rtt, sent)
-
-    def on_trim(self, ev: Ev, now: float, last_hop: bool, sent: float | None = None) -> None:
-        self.ev_set.on_trim(ev, now, last_hop, sent)
-
-    def on_loss(self, ev: Ev, now: float, sent: float | None = None) -> None:
-        self.ev_set.on_loss(ev, now, sent)
-
-    def on_late(self, plane: int) -> None:
-        """A packet declared lost on ``plane`` was acknowledged after all (an
-        earlier copy was only late): nothing to undo here; the plane shares
-        take the loss back."""
-
-    def on_late_ev(self, ev: Ev, now: float, rtt: float | None = None) -> None:
-        """The same, for the EV the late copy took, with that copy's round
-        trip if the SACK timed it (``EvSet.on_late``)."""
-        self.ev_set.on_late(ev, now, rtt)
-
-    def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
-        """A round trip through ``plane`` (a SACK's echo), for a policy that
-        weighs planes; the plane's RTT itself is the sender's ``PathModel``'s."""
-
-    def on_plane_loss(self, ev: Ev, now: float, sent: float) -> None:
-        """A loss too weak to condemn ``ev``, still evidence about its plane."""
-        self.ev_set.on_plane_loss(ev, now, sent)
-
-    def on_sent(self, ev: Ev, now: float) -> None:
-        """A packet really left on ``ev`` (``next_ev`` may be asked more than once)."""
-        self.ev_set.on_sent(ev, now)
-
-    def on_sent_run(self, ev: Ev, now: float, n: int) -> None:
-        """``n`` packets left on ``ev`` at ``now``."""
-        self.ev_set.on_sent_run(ev, now, n)
-
-    def due_probes(self, now: float) -> list[Ev]:
-        return self.ev_set.due_probes(now)
-
-    def on_probe_sent(self, ev: Ev, now: float) -> None:
-        self.ev_set.on_probe_sent(ev, now)
-
-    def on_probe_ack(self, ev: Ev, now: float, rtt: float | None = None) -> None:
-        self.ev_set.on_probe_ack(ev, now, rtt)
-
-    def next_timer(self) -> float | None:
-        return self.ev_set.next_timer()
-
-    def deny(self, ev: Ev) -> None:
-        self.ev_set.deny(ev)
-
-    def allow(self, ev: Ev) -> None:
-        self.ev_set.allow(ev)
-
-    def plane_state(self, plane: int) -> PlaneState:
-        return self.ev_set.plane_state(plane)
 
     def parked_planes(self) -> list[int]:
         return self.ev_set.parked_planes()
