@@ -160,7 +160,7 @@ TRANSPORT_LAYERS: list[list[str]] = [
     ["transport.paths.probes"],
     ["transport.paths.liveness"],
     ["transport.paths.ev_core"],
-    ["transport.plane_share"],
+    ["transport.paths.plane_share"],
     # The sender, one object in parts (send_queue at the bottom), and the
     # loss policy whose verdicts the in-flight table records.
     ["transport.sender"],

@@ -10,9 +10,9 @@ from typing import Any
 
 from transport.ev_state import Ev, EvState, PlaneState
 from transport.paths.ev_set import EvSet
+from transport.paths.plane_share import PlaneShares
 from transport.paths.policy import PathPolicy, register_policy
 from transport.paths.rotation import _Rotation
-from transport.plane_share import PlaneShares
 
 GOOD = EvState.GOOD
 SKIP = EvState.SKIP
