@@ -86,7 +86,7 @@ class ConnScheduler(ConnDispatch):
                 retx = p.transmissions > 0
                 ev = health.pick(now, p.ev if retx else None, s.rtt.srtt)
                 if ev is None:
-                    retx_queue.appendleft(p)
+                    s.put_back(p)
                     break
                 flags = (_RETX if retx else 0) | (_LAST if p.last else 0)
                 if not retx_queue and not s.has_new_data:
@@ -110,7 +110,7 @@ class ConnScheduler(ConnDispatch):
                 s.on_sent(p, ev=ev, ev_key=key, now=now, timestamp=ts)
                 health.on_sent(ev, now)
                 if s.probes_due and p.tlp:
-                    s.probes_due -= 1
+                    s.on_probe_sent()
                 n = len(payload)
                 sizes.append(n)
                 tokens -= n
@@ -150,7 +150,7 @@ class ConnScheduler(ConnDispatch):
                 room = min(room, max(1, 1 + int((tokens - need) // size)))
             ev, k = health.pick_run(now, room)
             if ev is None:
-                retx_queue.appendleft(p)
+                s.put_back(p)
                 break
             plane, value = ev.plane, ev.value
             key = (plane << 16) | value

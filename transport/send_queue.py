@@ -146,6 +146,11 @@ class SendQueue:
     def psn_window_open(self) -> bool:
         return self.next_psn - self.cum_acked < self.psn_window
 
+    def put_back(self, p: SentPacket) -> None:
+        """``p`` (from ``next_packet`` / ``next_new``) did not leave (no usable
+        EV): it goes out first next time."""
+        self.retx_queue.appendleft(p)
+
     def next_packet(self) -> tuple[SentPacket, bytes] | None:
         """The next segment to send: retransmissions first, then new data."""
         while self.retx_queue:

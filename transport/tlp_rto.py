@@ -68,6 +68,10 @@ class TailProbes(InflightTable):
             self.probes_due = len(out) + (len(out) == 1)
         return out
 
+    def on_probe_sent(self) -> None:
+        """One of the packets ``on_tlp`` queued went out."""
+        self.probes_due -= 1
+
     def _rto_base(self) -> float:
         """The RTO before backoff."""
         return max(self.min_rto, self.rtt.srtt + 4 * self.rtt.rttvar + self.ack_delay)
