@@ -53,7 +53,6 @@ def _us(now: float) -> int:
     return int(now * 1e6) & 0xFFFFFFFF
 
 
-
 class ConnCore:
     """State shared by the parts of ``Connection`` (use ``Connection``)."""
 
@@ -154,7 +153,6 @@ class ConnCore:
         self._timer_known = False
         self._timer_at: float | None = None
 
-
     # -- state -------------------------------------------------------------------
 
     def _transition(self, event: ConnEvent) -> None:
@@ -182,7 +180,6 @@ class ConnCore:
         self.receiver.discard()
         self._events.append(ConnectionFailed(reason, peer_forgot))
 
-
     # -- paths -------------------------------------------------------------------
 
     def _ctl_path(self, plane: int) -> TxPath:
@@ -201,7 +198,6 @@ class ConnCore:
             self._control.append((self._sealer.seal(due.sack, flags=flags),
                                   self._ctl_path(due.plane)))
 
-
     def _on_lost(self, lost: list[SentPacket], now: float, *, cause: LossCause) -> None:
         """Packets the sender declared lost: each is classified once by the
         loss policy (``transport/loss_policy.py``), and the controller, path
@@ -216,16 +212,13 @@ class ConnCore:
             self.cc.on_loss(now=now, lost_bytes=cc_bytes)
         self.health.on_lost(lost, verdicts, now)
 
-
     @property
     def initiator_of_close(self) -> bool:
         return self._close_tries > 0
 
-
     def _note_ev_changes(self) -> None:
         """Report EV state changes as events."""
         self._events.extend(self.health.take_changes())
-
 
     def _stir(self) -> None:
         """Something reached the connection: the next ``datagrams_to_send``

@@ -94,7 +94,6 @@ class ConnHandshake(ConnCore):
                               self._ctl_path(rx.plane)))
         self._events.append(ConnectionEstablished(self.local_cid, self.remote_cid))
 
-
     def _send_handshake(self, now: float) -> None:
         assert self._hs_packet is not None
         # Each retry goes out on the next plane: a dead plane cannot block it.

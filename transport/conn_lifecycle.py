@@ -33,8 +33,6 @@ class ConnLifecycle(ConnHandshake):
         self._fail(ConnEvent.RESET_CALLED, reason, tell_peer=True, now=now,
                    code=CloseReason.SHUTDOWN)
 
-
-
     #: How many of our latest packets an UNKNOWN_CONN may echo.
     UNKNOWN_ECHO_SPAN = 1 << 16
 

@@ -27,7 +27,6 @@ RECOVERY_KEYS = (*(f"recovered_lt_{b}ms" for b in RECOVERY_BOUNDS_MS),
 RESENT_MEMORY = 256
 
 
-
 @dataclass(slots=True)
 class AckResult:
     """What one SACK taught the sender."""
@@ -49,8 +48,6 @@ class AckResult:
     #: round trip (how late it was; the others' are not known).
     late_echo: SentPacket | None = None
     late_rtt: float = 0.0
-
-
 
 
 class InflightTable(LossDetection):
@@ -291,7 +288,6 @@ class InflightTable(LossDetection):
     def _plane_sample(self, res: AckResult, plane: int, rtt: float) -> None:
         self.path_model.plane_sample(plane, rtt)
         res.plane_rtt = (plane, rtt)
-
 
     def _held_out(self, rtt: float, ack_delay: int) -> float:
         """The RTT sample without the time the receiver held the packet

@@ -98,7 +98,6 @@ class LossDetection(SendQueue):
         p = self.inflight.get(psn)
         return p if p is not None and p.timestamp != echo_ts and p.lost_plane >= 0 else None
 
-
     def sweep_plane(self, plane: int) -> list[SentPacket]:
         """Declare lost what is in flight on ``plane``: the host could not
         send there (its link is down), so those packets never left or are

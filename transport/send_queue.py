@@ -66,7 +66,6 @@ class _Outbound:
     next_offset: int = 0
 
 
-
 class SendQueue:
     """What waits to be sent (part of ``Sender``)."""
 

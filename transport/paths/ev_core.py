@@ -273,18 +273,15 @@ class EvSetCore:
         if not self._silence_fixed and srtt > 0:
             self.plane_silence = PLANE_SILENCE_RTTS * srtt + ack_delay
 
-
     def plane_srtt(self, plane: _Plane) -> float | None:
         """The plane's own smoothed RTT (None: no sample yet). Planes are
         independent fabrics: one 4x slower than the others must not look
         silent by the connection's (mixed) RTT (issue 13)."""
         return self.model.plane_srtt.get(plane.index)
 
-
     def _log_plane(self, now: float, plane: _Plane, what: str, cause: str) -> None:
         self.plane_log.append((now, plane.index, what, self.srtt, cause,
                                plane.heard_srtt or self.srtt))
-
 
     def _next_plane_prober(self, plane: _Plane, due: float, interval: float) -> None:
         """Hand a probe slot of a parked plane to its next EV, due at ``due``.

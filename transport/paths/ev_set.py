@@ -44,7 +44,6 @@ class EvSet(EvProbes):
     many timeouts, which is why the connection records its sends).
     """
 
-
     # -- feedback ----------------------------------------------------------------
 
     def on_ack(self, ev: Ev, now: float, ecn: bool, rtt: float | None,
@@ -142,7 +141,6 @@ class EvSet(EvProbes):
                 self._apply(ev, EvEvent.LATE_ACK):
             ev.skip_strikes += 1
 
-
     def deny(self, ev: Ev) -> None:
         due = ev.next_probe
         self._apply(ev, EvEvent.DENY)
@@ -163,7 +161,6 @@ class EvSet(EvProbes):
                 self._next_plane_prober(
                     plane, plane.parked_at + self.probe_initial, self.probe_initial
                 )
-
 
     # -- stats -------------------------------------------------------------------
 

@@ -66,15 +66,15 @@ class PlaneLiveness(EvSetCore):
                 plane.liveness_rounds = 0
                 plane.liveness_round_at = -math.inf
 
-
     def _silence(self, plane: _Plane) -> float:
         """``plane_silence``, stretched for a plane slower than the connection's
         smoothed RTT (its own RTT samples say so)."""
-        srtt = self.plane_srtt(plane)
-        if self._silence_fixed or srtt is None or srtt <= self.srtt:
+        if self._silence_fixed:
+            return self.plane_silence
+        srtt = self.model.plane_srtt.get(plane.index)
+        if srtt is None or srtt <= self.srtt:
             return self.plane_silence
         return PLANE_SILENCE_RTTS * srtt + self._ack_delay
-
 
     def _plane_loss(self, ev: Ev, now: float, sent: float) -> None:
         """A packet sent on ``ev`` at ``sent`` was declared lost. Too weak to
@@ -87,7 +87,6 @@ class PlaneLiveness(EvSetCore):
         plane.lossy.add(ev.index)
         if plane.state is PlaneState.UP:
             self._check_plane(plane, now)
-
 
     def _check_plane(self, plane: _Plane, now: float) -> None:
         bad = active = 0
@@ -147,7 +146,7 @@ class PlaneLiveness(EvSetCore):
         plane's silence."""
         if plane is None:
             return min(self.srtt + self._ack_delay, self.plane_silence)
-        srtt = self.plane_srtt(plane)
+        srtt = self.model.plane_srtt.get(plane.index)
         rtt = self.srtt if srtt is None else max(self.srtt, srtt)
         return min(rtt + self._ack_delay, self._silence(plane))
 
@@ -246,7 +245,6 @@ class PlaneLiveness(EvSetCore):
         self._park(pl, now, "local")
         return True
 
-
     def _park(self, plane: _Plane, now: float, cause: str = "silence") -> None:
         plane.bad_at_park = frozenset(ev.index for ev in plane.evs if ev.state is ASSUMED_BAD)
         plane.state = PlaneState.PARKED
@@ -267,7 +265,6 @@ class PlaneLiveness(EvSetCore):
         # representatives answer the only question (is the plane back?).
         for _ in range(self.plane_probe_evs):
             self._next_plane_prober(plane, now + self.probe_initial, self.probe_initial)
-
 
     def _unpark(self, plane: _Plane, now: float, answered: Ev | None = None) -> None:
         plane.state = PlaneState.UP

@@ -224,8 +224,6 @@ class RepsPolicy(PathPolicy):
         return snap
 
 
-
-
 for _cls in (SprayPolicy, RepsPolicy, ObliviousPolicy, SinglePolicy):
     register_policy(_cls.name, _cls)
 del _cls
