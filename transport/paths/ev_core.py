@@ -274,10 +274,11 @@ class EvSetCore:
             self.plane_silence = PLANE_SILENCE_RTTS * srtt + ack_delay
 
     def plane_srtt(self, plane: _Plane) -> float | None:
-        """The plane's own smoothed RTT (None: no sample yet). Planes are
-        independent fabrics: one 4x slower than the others must not look
-        silent by the connection's (mixed) RTT (issue 13)."""
-        return self.model.plane_srtt.get(plane.index)
+        """How long the plane takes to answer (``PathModel.answer_srtt``; None:
+        no answer timed yet). Planes are independent fabrics: one 4x slower
+        than the others must not look silent by the connection's (mixed) RTT
+        (issue 13)."""
+        return self.model.answer_srtt.get(plane.index)
 
     def _log_plane(self, now: float, plane: _Plane, what: str, cause: str) -> None:
         self.plane_log.append((now, plane.index, what, self.srtt, cause,

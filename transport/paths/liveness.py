@@ -71,7 +71,7 @@ class PlaneLiveness(EvSetCore):
         smoothed RTT (its own RTT samples say so)."""
         if self._silence_fixed:
             return self.plane_silence
-        srtt = self.model.plane_srtt.get(plane.index)
+        srtt = self.model.answer_srtt.get(plane.index)
         if srtt is None or srtt <= self.srtt:
             return self.plane_silence
         return PLANE_SILENCE_RTTS * srtt + self._ack_delay
@@ -146,7 +146,7 @@ class PlaneLiveness(EvSetCore):
         plane's silence."""
         if plane is None:
             return min(self.srtt + self._ack_delay, self.plane_silence)
-        srtt = self.model.plane_srtt.get(plane.index)
+        srtt = self.model.answer_srtt.get(plane.index)
         rtt = self.srtt if srtt is None else max(self.srtt, srtt)
         return min(rtt + self._ack_delay, self._silence(plane))
 

@@ -3,8 +3,9 @@
 - ``RttEstimator``: the connection-wide round trip (RFC 6298 smoothing plus
   a windowless minimum).
 - ``PathModel``: per plane, the smoothed RTT and the minimum (base) RTT of
-  its SACK echoes, and when anything was last heard from it; per EV, the
-  smoothed RTT of the samples it triggered.
+  its SACK echoes, the smoothed time it takes to answer anything (SACK
+  echoes and probe answers), and when anything was last heard from it; per
+  EV, the smoothed RTT of the samples it triggered.
 
 One smoothing rule for all of them (``smooth``, gains below), in this one
 place. The sender feeds the samples at the moment it takes them (its loss
@@ -14,9 +15,13 @@ last-heard times, and the congestion controller can read the per-plane base
 RTT (``base_rtt``; today it still keeps its own, fed by ``on_plane_rtt``
 with the same samples).
 
-Probe answers are not RTT samples here: a probe rides the control queue
-past the data queue, so its round trip is not the one the loss thresholds
-and the silence timers wait for.
+Two per-plane round trips, because two questions are asked of a plane.
+The loss thresholds ask how long *data* takes (``plane_srtt``: SACK echoes
+only; a probe rides the control queue past the data queue, so its round
+trip would call queued data lost). The liveness timers ask how long an
+*answer* takes (``answer_srtt``: SACK echoes and probe answers alike, since
+a liveness probe's answer is one of the answers they wait for). Both are
+fed here, by the same samples, with the same rule.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ def ev_key(plane: int, value: int) -> int:
 class PathModel:
     """Per-plane and per-EV RTT, and when each plane was last heard from."""
 
-    __slots__ = ("ev_srtt", "heard", "plane_min", "plane_srtt")
+    __slots__ = ("answer_srtt", "ev_srtt", "heard", "plane_min", "plane_srtt")
 
     def __init__(self, planes: int = 0) -> None:
         #: Smoothed RTT per plane (SACK echoes through it): the floor of every
@@ -75,6 +80,9 @@ class PathModel:
         #: sample of their own, and the connection's srtt mixes planes: on a
         #: plane 4x slower than the other every packet would look lost.
         self.plane_srtt: dict[int, float] = {}
+        #: Smoothed round trip of anything the plane answers (SACK echoes
+        #: and probe answers): what its liveness timers wait for.
+        self.answer_srtt: dict[int, float] = {}
         #: Smallest RTT sample per plane (its base RTT).
         self.plane_min: dict[int, float] = {}
         #: Smoothed RTT per EV, by ``ev_key``.
@@ -89,6 +97,17 @@ class PathModel:
         self.plane_srtt[plane] = rtt if old is None else smooth(old, rtt, PLANE_GAIN)
         if rtt < self.plane_min.get(plane, math.inf):
             self.plane_min[plane] = rtt
+        self._answer(plane, rtt)
+
+    def probe_sample(self, plane: int, rtt: float) -> None:
+        """A probe of ``plane`` answered after ``rtt``: an answer time, not a
+        data RTT (the probe skipped the data queue)."""
+        if rtt > 0:
+            self._answer(plane, rtt)
+
+    def _answer(self, plane: int, rtt: float) -> None:
+        old = self.answer_srtt.get(plane)
+        self.answer_srtt[plane] = rtt if old is None else smooth(old, rtt, PLANE_GAIN)
 
     def tracks(self, plane: int) -> bool:
         """May a sample of ``plane`` (named by the peer) be recorded?"""

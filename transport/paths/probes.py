@@ -63,6 +63,8 @@ class EvProbes(PlaneLiveness):
             ev.next_probe = now + interval
 
     def on_probe_ack(self, ev: Ev, now: float, rtt: float | None = None) -> None:
+        if rtt is not None:
+            self.model.probe_sample(ev.plane, rtt)
         ev.last_acked = now
         plane = self._planes[ev.plane]
         if plane.state is PlaneState.PARKED:
