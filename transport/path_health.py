@@ -1,27 +1,26 @@
 """What the connection learns about its paths, fed to the path policy.
 
-The policy (``transport/paths.py``) owns EV states; this module decides
-*when* evidence is strong enough to call (per loss, per ACK, per probe), runs
-the probes, and turns state changes into events. Kept apart from the
-connection so the connection only wires halves together.
+The EV set (``transport/paths/``) owns EV states; this module feeds it the
+evidence (per ACK, per trim, per probe, and per loss as the loss policy
+classified it), keeps each EV's loss score, runs the probes, picks EVs for
+retransmissions and control packets, and turns state changes into events.
+Kept apart from the connection so the connection only wires halves together.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from transport.datagram import TxPath
+from transport.ev_state import EvState
 from transport.events import EvStateChanged
+from transport.loss_policy import LOSS_PENALTY, LossVerdict
 from transport.paths import Ev, PathPolicy
 from transport.sender import SentPacket
 from wire.codec import Sealer
 from wire.constants import Dscp
 from wire.packets import Probe, ProbeAck
 
-#: Per-EV loss score (after UEC's penalty idea): a loss adds, an ACK decays;
-#: a random loss on a healthy EV never reaches the threshold alone.
-LOSS_PENALTY = 8
-LOSS_THRESHOLD = 12
 _MAX_OUTSTANDING_PROBES = 4096
 
 
@@ -34,28 +33,43 @@ class PathHealth:
         # that is a plane that stopped answering.
         es = paths.ev_set
         es.plane_silent_sends = max(es.plane_silent_sends, ack_every + 1)
+        #: Per-EV loss score by EV value (``loss_policy.LOSS_PENALTY``).
         self._score: dict[int, int] = {}
-        #: Last time anything came back from each plane (ACK, trim NACK, probe).
-        self.plane_heard: list[float] = [now] * planes
+        #: Last time anything came back from each plane (ACK, trim NACK,
+        #: probe): the path model's, which the EV set writes as it hears.
+        self.model = es.model
+        self.model.heard[:planes] = [now] * planes
+        self._ctl_rr = 0
         self._probes: dict[int, tuple[Ev, float]] = {}
         self._next_probe_id = 1
         self._resort_cursor = 0
         self.probes_sent = 0
         self.stale_probe_acks = 0
 
-    def reset_heard(self, now: float) -> None:
-        self.plane_heard = [now] * self.planes
+    @property
+    def plane_heard(self) -> list[float]:
+        return self.model.heard
 
-    def heard(self, ev: Ev, now: float) -> None:
-        self.plane_heard[ev.plane] = now
+    @plane_heard.setter
+    def plane_heard(self, heard: list[float]) -> None:
+        self.model.heard[:] = heard
+
+    def reset_heard(self, now: float) -> None:
+        self.model.heard[:] = [now] * self.planes
+
+    def loss_score(self, ev: Ev) -> int:
+        return self._score.get(ev.value, 0)
+
+    def plane_answered_sent(self, plane: int) -> float:
+        return self.paths.ev_set.plane_answered_sent(plane)
 
     def on_sent(self, ev: Ev, now: float) -> None:
         """A data packet left on ``ev`` (times the plane's unanswered sends)."""
-        self.paths.on_sent(ev, now)
+        self.paths.ev_set.on_sent(ev, now)
 
     def on_sent_run(self, ev: Ev, now: float, n: int) -> None:
         """``n`` data packets left on ``ev`` at ``now``."""
-        self.paths.on_sent_run(ev, now, n)
+        self.paths.ev_set.on_sent_run(ev, now, n)
 
     def set_rtt(self, srtt: float, ack_delay: float) -> None:
         """The measured smoothed RTT: plane silence is counted in it."""
@@ -64,7 +78,7 @@ class PathHealth:
     def plane_rtt(self, plane: int, rtt: float, now: float) -> None:
         """A round-trip sample of one plane: its liveness is timed by it, and
         the policy may weigh planes by it."""
-        self.paths.on_plane_rtt(plane, rtt, now)
+        self.paths.ev_set.on_plane_rtt(plane, rtt, now)
 
     def on_acked(self, acked: Iterable[SentPacket], now: float, *, ecn_ev: int | None,
                  sampled: SentPacket | None, rtt: float | None) -> None:
@@ -77,9 +91,8 @@ class PathHealth:
             ev = p.ev
             if ev is None or not p.ack_exact:
                 continue
-            self.paths.on_ack(ev, now, ev.value == ecn_ev, rtt if p is sampled else None,
+            self.paths.ev_set.on_ack(ev, now, ev.value == ecn_ev, rtt if p is sampled else None,
                               p.sent_time)
-            self.plane_heard[ev.plane] = now
             s = scores.get(ev.value)
             if s:
                 scores[ev.value] = s - 1
@@ -114,50 +127,62 @@ class PathHealth:
 
     def _credit_run(self, ev: Ev, n: int, now: float, rtt: float | None,
                     newest: float) -> None:
-        self.paths.on_acks(ev, now, n, rtt, newest)
-        self.plane_heard[ev.plane] = now
+        self.paths.ev_set.on_acks(ev, now, n, rtt, newest)
         s = self._score.get(ev.value)
         if s:
             self._score[ev.value] = max(0, s - n)
 
-    def recently_lossy(self, ev: Ev | None) -> bool:
-        """Has this EV lost a packet that its ACKs have not yet outweighed
-        (or is it already out of service)?"""
-        if ev is None:
-            return False
-        return self._score.get(ev.value, 0) > 0 or ev.state.value != "good"
-
-    def on_lost(self, lost: Iterable[SentPacket], now: float, *, timeout: bool) -> None:
-        """Penalise EVs only on strong evidence: a timeout, a plane that
-        answered nothing sent since the packet left (dead-ish: act at once),
-        or repeated losses on one EV. One loss alone is noise (or corruption)
-        on a healthy path — but every loss still reaches the plane level,
-        where the time since the plane's oldest unanswered send decides."""
-        ev_set = self.paths.ev_set
-        for p in lost:
+    def on_lost(self, lost: Sequence[SentPacket], verdicts: Sequence[LossVerdict],
+                now: float) -> None:
+        """Apply the loss policy's verdicts (``transport/loss_policy.py``):
+        a condemned EV goes ASSUMED_BAD and its score starts again; any other
+        loss raises the EV's score and is evidence about its plane only, where
+        the time since the plane's oldest unanswered send decides."""
+        for p, v in zip(lost, verdicts, strict=True):
             ev = p.ev
             if ev is None:
                 continue
-            p.lost_plane = ev.plane
-            p.lost_ev = ev
-            # An answer to an *older* packet arriving after this one left
-            # proves nothing about the plane since; only a newer one does.
-            silent = ev_set.plane_answered_sent(ev.plane) < p.sent_time
-            score = self._score.get(ev.value, 0) + LOSS_PENALTY
-            if timeout or silent or score >= LOSS_THRESHOLD:
-                self.paths.on_loss(ev, now, p.sent_time)
-                score = 0
+            if v.condemn:
+                self.paths.ev_set.on_loss(ev, now, p.sent_time)
+                self._score[ev.value] = 0
             else:
-                self.paths.on_plane_loss(ev, now, p.sent_time)
-            self._score[ev.value] = score
+                self.paths.ev_set.on_plane_loss(ev, now, p.sent_time)
+                self._score[ev.value] = self._score.get(ev.value, 0) + LOSS_PENALTY
 
     def on_trim(self, ev: Ev, now: float, *, last_hop: bool, sent: float | None = None) -> None:
-        self.plane_heard[ev.plane] = now
-        self.paths.on_trim(ev, now, last_hop, sent)
+        self.paths.ev_set.on_trim(ev, now, last_hop, sent)
 
     def _fresh(self, plane: int, now: float, srtt: float) -> bool:
         """Did ``plane`` answer something within the last two smoothed RTTs?"""
-        return self.plane_heard[plane] >= now - 2 * srtt
+        return self.model.heard[plane] >= now - 2 * srtt
+
+    def control_path(self, plane: int) -> TxPath:
+        """Control packets go back on the plane they answer (a dead plane then
+        stays silent, which is what the peer needs to notice), on a GOOD EV of
+        it if there is one (ECMP hashes the source port the same way for a
+        SACK as for DATA: not into a spine our own data found queued or
+        dead), else on any EV not found dead, else on any.
+
+        ``plane`` must be a plane this host received on or chose itself, never
+        a number read from a packet; anything outside 0..planes-1 is folded
+        back into range so no caller can name a plane that does not exist.
+        ``spray_run`` in a row share one EV, so a burst of SACKs is one GSO send."""
+        plane %= self.planes
+        evs = self.paths.ev_set.plane_evs(plane)
+        self._ctl_rr += 1
+        n = len(evs)
+        i = (self._ctl_rr // self.paths.spray_run) % n
+        # GOOD first: not through a spine our own data found hot (SKIP) or
+        # dead (ASSUMED_BAD); then anything not dead; then anything.
+        for k in range(n):
+            ev = evs[(i + k) % n]
+            if ev.state is EvState.GOOD:
+                return TxPath(plane, ev.value, Dscp.CONTROL)
+        for k in range(n):
+            ev = evs[(i + k) % n]
+            if ev.state is not EvState.ASSUMED_BAD and ev.state is not EvState.DENIED:
+                return TxPath(plane, ev.value, Dscp.CONTROL)
+        return TxPath(plane, evs[i].value, Dscp.CONTROL)
 
     def pick_run(self, now: float, limit: int) -> tuple[Ev | None, int]:
         """``pick`` for new data, for up to ``limit`` packets at once: the EV
@@ -182,7 +207,7 @@ class PathHealth:
         if avoid is None or self._fresh(ev.plane, now, srtt):
             return ev
         if not any(self._fresh(p, now, srtt) for p in range(self.planes)
-                   if self.paths.plane_state(p).value == "up"):
+                   if self.paths.ev_set.plane_state(p).value == "up"):
             return ev
         for _ in range(4 * self.planes):
             alt = self.paths.next_ev(now, avoid)
@@ -202,7 +227,7 @@ class PathHealth:
         for k in range(n):
             ev = evs[(self._resort_cursor + k) % n]
             if ev.state.value == "assumed_bad" and \
-                    self.paths.plane_state(ev.plane).value == "up":
+                    self.paths.ev_set.plane_state(ev.plane).value == "up":
                 self._resort_cursor = (ev.index + 1) % n
                 ev.sent += 1
                 ev.last_sent = now
@@ -213,13 +238,13 @@ class PathHealth:
 
     def send_probes(self, now: float, sealer: Sealer, *, psn: int, timestamp: int,
                     out: list[tuple[bytes, TxPath]]) -> None:
-        for ev in self.paths.due_probes(now):
+        for ev in self.paths.ev_set.due_probes(now):
             pid = self._next_probe_id
             self._next_probe_id = (pid + 1) & 0xFFFFFFFF or 1
             self._probes[pid] = (ev, now)
             probe = Probe(pid, ev.value, psn, timestamp, ev.plane)
             out.append((sealer.seal(probe), TxPath(ev.plane, ev.value, Dscp.CONTROL)))
-            self.paths.on_probe_sent(ev, now)
+            self.paths.ev_set.on_probe_sent(ev, now)
             self.probes_sent += 1
         if len(self._probes) > _MAX_OUTSTANDING_PROBES:  # answers that never came
             for pid in list(self._probes)[: _MAX_OUTSTANDING_PROBES // 2]:
@@ -231,8 +256,7 @@ class PathHealth:
             self.stale_probe_acks += 1
             return False
         ev, sent = entry
-        self.plane_heard[ev.plane] = now
-        self.paths.on_probe_ack(ev, now, now - sent)
+        self.paths.ev_set.on_probe_ack(ev, now, now - sent)
         return True
 
     def take_changes(self) -> list[EvStateChanged]:

@@ -131,6 +131,106 @@ def test_the_checker_sees_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+#: transport/ from the top down: a module may import only modules of a layer
+#: below its own (api -> daemon -> aio -> endpoint -> connection -> path_health
+#: -> paths -> ev_state / sender / receiver). A module missing here fails the
+#: test, so each new one is placed on purpose.
+TRANSPORT_LAYERS: list[list[str]] = [
+    ["transport.api"],
+    ["transport.daemon"],
+    # The daemon's parts, lowest last (docs/daemon.md).
+    ["transport.daemon_control"],
+    ["transport.daemon_peers"],
+    ["transport.daemon_log"],
+    ["transport.daemon_config"],
+    ["transport.aio"],
+    ["transport.udp", "transport.timerfd", "transport.queue_wait", "transport.inbox",
+     "transport.control"],
+    ["transport.endpoint"],
+    # The connection, one object built in layers (conn_core at the bottom).
+    ["transport.connection"],
+    ["transport.conn_scheduler"],
+    ["transport.conn_dispatch"],
+    ["transport.conn_lifecycle"],
+    ["transport.conn_handshake"],
+    ["transport.conn_core"],
+    ["transport.host_share"],
+    ["transport.path_health"],
+    # Paths: the policies over the EV set (ev_core at its bottom).
+    ["transport.paths"],
+    ["transport.paths.policies"],
+    ["transport.paths.policy"],
+    ["transport.paths.rotation"],
+    ["transport.paths.ev_set"],
+    ["transport.paths.probes"],
+    ["transport.paths.liveness"],
+    ["transport.paths.ev_core"],
+    ["transport.paths.plane_share"],
+    # The sender, one object in parts (send_queue at the bottom), and the
+    # loss policy whose verdicts the in-flight table records.
+    ["transport.sender"],
+    ["transport.tlp_rto"],
+    ["transport.inflight"],
+    ["transport.loss_policy"],
+    ["transport.loss_detect"],
+    ["transport.send_queue", "transport.receiver"],
+    # Facts every layer reads: the EV state table, the path model.
+    ["transport.ev_state", "transport.paths.model", "transport.psn"],
+    ["transport", "transport.config", "transport.conn_state", "transport.datagram",
+     "transport.events"],
+]
+
+#: The sans-I/O core: everything the connection is made of. It takes ``now``
+#: as an argument and hands datagrams back; it never reads a clock or
+#: touches a socket (only the I/O adapter, transport/aio.py, does).
+_IO_LAYERS = 9
+_NO_CLOCK_OR_SOCKET = {"time", "socket", "asyncio", "select", "selectors", "uvloop",
+                       "datetime", "threading", "signal", "os"}
+
+
+def _rank() -> dict[str, int]:
+    return {m: i for i, layer in enumerate(TRANSPORT_LAYERS) for m in layer}
+
+
+def test_every_transport_module_has_a_layer() -> None:
+    rank = _rank()
+    missing = sorted(m for m in _modules() if m.split(".")[0] == "transport" and m not in rank)
+    assert missing == [], f"place these in TRANSPORT_LAYERS: {missing}"
+    gone = sorted(m for m in rank if m not in _modules())
+    assert gone == [], f"no longer exist: {gone}"
+
+
+def test_transport_imports_only_downwards() -> None:
+    rank = _rank()
+    graph = _graph()
+    bad = sorted(f"{m} -> {d}" for m, deps in graph.items() if m in rank
+                 for d in deps if d in rank and rank[d] <= rank[m])
+    assert bad == [], "imports at or above the importer's layer: " + "; ".join(bad)
+
+
+def test_the_core_never_imports_a_clock_or_a_socket() -> None:
+    known = _modules()
+    core = [m for layer in TRANSPORT_LAYERS[_IO_LAYERS - 1:] for m in layer]
+    assert "transport.endpoint" in core and "transport.aio" not in core
+    bad = []
+    for m in core:
+        tree = ast.parse(known[m].read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{m} imports {n}" for n in names if n.split(".")[0] in _NO_CLOCK_OR_SOCKET]
+    assert bad == []
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    """The rule above, on a made-up graph: a core module importing the
+    connection is caught."""
+    rank = _rank()
+    graph = {"transport.sender": {"transport.connection"}}
+    bad = [f"{m} -> {d}" for m, deps in graph.items() for d in deps if rank[d] <= rank[m]]
+    assert bad == ["transport.sender -> transport.connection"]
+
+
 #: ``transport.daemon`` and its parts, lowest first: each imports only parts
 #: before it (the configuration and the logs know nothing of peers or of the
 #: control socket; ``transport.daemon`` ties them together).

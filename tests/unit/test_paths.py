@@ -81,7 +81,7 @@ def test_ecn_ack_skips_for_rest_of_rotation_then_good() -> None:
     p = SprayPolicy(planes=2, evs_per_plane=4, seed=5, skip_rotations=1)
     first = [p.next_ev(0.0) for _ in range(2)]
     ahead = p.rotation.order[5]  # not yet used in this rotation
-    p.on_ack(ahead, 0.0, ecn=True, rtt=RTT)
+    p.ev_set.on_ack(ahead, 0.0, ecn=True, rtt=RTT)
     assert ahead.state is SKIP and ahead.ecn_marks == 1
     rest = [p.next_ev(0.0) for _ in range(5)]  # the other 5 positions of the rotation
     assert ahead not in rest and all(ev is not None for ev in first + rest)
@@ -94,7 +94,7 @@ def test_ecn_ack_skips_for_rest_of_rotation_then_good() -> None:
 def test_skip_lasts_skip_rotations() -> None:
     p = SprayPolicy(planes=1, evs_per_plane=4, seed=5, skip_rotations=3)
     marked = p.evs[0]
-    p.on_ack(marked, 0.0, ecn=True, rtt=RTT)
+    p.ev_set.on_ack(marked, 0.0, ecn=True, rtt=RTT)
     picks = [p.next_ev(0.0) for _ in range(3 * 3)]  # 3 rotations of the 3 others
     assert marked not in picks and marked.state is SKIP
     later = [p.next_ev(0.0) for _ in range(8)]
@@ -120,24 +120,24 @@ def test_late_copies_double_the_skip_until_a_clean_ack() -> None:
 
     marked = []
     for _ in range(3):
-        p.on_ack(hot, 0.0, ecn=True, rtt=RTT)
+        p.ev_set.on_ack(hot, 0.0, ecn=True, rtt=RTT)
         marked.append(rotations_skipped())
     assert marked == [2, 2, 2]
     lengths = []
     for _ in range(6):
-        p.on_late_ev(hot, 0.0, rtt=10 * RTT)
+        p.ev_set.on_late(hot, 0.0, rtt=10 * RTT)
         lengths.append(rotations_skipped())
     assert lengths == [2, 4, 8, 16, 32, 32]
-    p.on_ack(hot, 0.0, ecn=True, rtt=RTT)  # a mark now skips it long too
+    p.ev_set.on_ack(hot, 0.0, ecn=True, rtt=RTT)  # a mark now skips it long too
     assert rotations_skipped() == 32
-    p.on_ack(hot, 0.0, ecn=False, rtt=RTT)  # a clean ACK: back to the short skip
-    p.on_late_ev(hot, 0.0, rtt=10 * RTT)
+    p.ev_set.on_ack(hot, 0.0, ecn=False, rtt=RTT)  # a clean ACK: back to the short skip
+    p.ev_set.on_late(hot, 0.0, rtt=10 * RTT)
     assert rotations_skipped() == 2
-    p.on_acks(hot, 0.0, 8, None, 0.0)  # a clean run, acknowledged at once, too
-    p.on_late_ev(hot, 0.0, rtt=10 * RTT)
+    p.ev_set.on_acks(hot, 0.0, 8, None, 0.0)  # a clean run, acknowledged at once, too
+    p.ev_set.on_late(hot, 0.0, rtt=10 * RTT)
     assert rotations_skipped() == 2
     # And the rotation itself keeps it out meanwhile.
-    p.on_late_ev(hot, 0.0, rtt=10 * RTT)
+    p.ev_set.on_late(hot, 0.0, rtt=10 * RTT)
     assert all(p.next_ev(0.0) is not hot for _ in range(3 * 3))
 
 
@@ -149,20 +149,20 @@ def test_a_copy_far_too_late_skips_its_ev() -> None:
     p = SprayPolicy(planes=1, evs_per_plane=4, seed=5, skip_rotations=2)
     p.ev_set.set_rtt(RTT)
     slow = p.evs[1]
-    p.on_loss(slow, 0.0)
+    p.ev_set.on_loss(slow, 0.0)
     assert slow.state is BAD and slow.next_probe is not None
-    p.on_late_ev(slow, 0.02)  # not timed
-    p.on_late_ev(slow, 0.02, rtt=1.5 * RTT)
+    p.ev_set.on_late(slow, 0.02)  # not timed
+    p.ev_set.on_late(slow, 0.02, rtt=1.5 * RTT)
     assert slow.state is BAD and slow.next_probe is not None
-    p.on_late_ev(slow, 0.02, rtt=2.5 * RTT)
+    p.ev_set.on_late(slow, 0.02, rtt=2.5 * RTT)
     assert slow.state is SKIP and slow.next_probe is None and slow.skip_left == 2
-    p.on_late_ev(slow, 0.03, rtt=9 * RTT)  # late while skipped: nothing more to say
+    p.ev_set.on_late(slow, 0.03, rtt=9 * RTT)  # late while skipped: nothing more to say
     assert slow.state is SKIP and slow.skip_left == 2
     good = p.evs[2]
-    p.on_late_ev(good, 0.03)
-    p.on_late_ev(good, 0.03, rtt=3 * RTT)
+    p.ev_set.on_late(good, 0.03)
+    p.ev_set.on_late(good, 0.03, rtt=3 * RTT)
     assert good.state is GOOD
-    p.on_late_ev(good, 0.03, rtt=5 * RTT)
+    p.ev_set.on_late(good, 0.03, rtt=5 * RTT)
     assert good.state is SKIP
     # Counted by cause for the connection's stats: two late skips, one condemnation.
     assert p.ev_set.changed_by[EvEvent.LATE_ACK] == 2
@@ -179,16 +179,16 @@ def test_a_late_copy_within_the_hosts_own_noise_says_nothing() -> None:
     p = SprayPolicy(planes=2, evs_per_plane=4, seed=5, late_floor=10e-3)
     p.ev_set.set_rtt(1e-4)
     ev = p.evs[0]
-    p.on_late_ev(ev, 1.0, rtt=5e-3)  # 50 srtt, but within the floor
+    p.ev_set.on_late(ev, 1.0, rtt=5e-3)  # 50 srtt, but within the floor
     assert ev.state is GOOD and ev.skip_strikes == 0
-    p.on_late_ev(ev, 1.0, rtt=12e-3)
+    p.ev_set.on_late(ev, 1.0, rtt=12e-3)
     assert ev.state is SKIP and ev.skip_strikes == 1
 
 
 def test_all_skipped_ends_rotation_early() -> None:
     p = SprayPolicy(planes=1, evs_per_plane=2)
     for ev in p.evs:
-        p.on_ack(ev, 0.0, ecn=True, rtt=None)
+        p.ev_set.on_ack(ev, 0.0, ecn=True, rtt=None)
     assert p.next_ev(0.0) is not None
     assert p.rotation.rotations == 1
 
@@ -196,8 +196,8 @@ def test_all_skipped_ends_rotation_early() -> None:
 def test_fabric_trim_penalises_last_hop_trim_does_not() -> None:
     p = SprayPolicy()
     a, b = p.evs[0], p.evs[1]
-    p.on_trim(a, 0.0, last_hop=False)
-    p.on_trim(b, 0.0, last_hop=True)
+    p.ev_set.on_trim(a, 0.0, last_hop=False)
+    p.ev_set.on_trim(b, 0.0, last_hop=True)
     assert a.state is SKIP and a.trims == 1
     assert b.state is GOOD and b.last_hop_trims == 1 and b.trims == 0
 
@@ -205,35 +205,35 @@ def test_fabric_trim_penalises_last_hop_trim_does_not() -> None:
 def test_loss_probe_backoff_and_recovery() -> None:
     p = SprayPolicy(base_rtt=RTT)  # probe_initial 4 ms, cap 64 ms
     ev = p.evs[7]
-    p.on_loss(ev, 1.0)
+    p.ev_set.on_loss(ev, 1.0)
     assert ev.state is BAD and ev.losses == 1
-    assert p.plane_state(0) is PlaneState.UP
+    assert p.ev_set.plane_state(0) is PlaneState.UP
     assert all(p.next_ev(1.0) is not ev for _ in range(300))
-    assert p.due_probes(1.0) == []
-    assert p.next_timer() == pytest.approx(1.004)
+    assert p.ev_set.due_probes(1.0) == []
+    assert p.ev_set.next_timer() == pytest.approx(1.004)
     due_times = []
     now = 1.0
     for _ in range(6):
-        t = p.next_timer()
+        t = p.ev_set.next_timer()
         assert t is not None
-        assert p.due_probes(t - 1e-9) == []
-        assert p.due_probes(t) == [ev]
+        assert p.ev_set.due_probes(t - 1e-9) == []
+        assert p.ev_set.due_probes(t) == [ev]
         due_times.append(t)
-        p.on_probe_sent(ev, t)
+        p.ev_set.on_probe_sent(ev, t)
         now = t
     gaps = [round(b - a, 9) for a, b in itertools.pairwise(due_times)]
     assert gaps == [0.008, 0.016, 0.032, 0.064, 0.064]  # doubling, capped at 64 RTT
     assert ev.probes_sent == 6
-    p.on_probe_ack(ev, now + RTT, rtt=RTT)
-    assert ev.state is GOOD and ev.next_probe is None and p.next_timer() is None
+    p.ev_set.on_probe_ack(ev, now + RTT, rtt=RTT)
+    assert ev.state is GOOD and ev.next_probe is None and p.ev_set.next_timer() is None
     assert ev in [p.next_ev(2.0) for _ in range(128)]
 
 
 def test_stale_clean_ack_does_not_revive_assumed_bad() -> None:
     p = SprayPolicy()
     ev = p.evs[0]
-    p.on_loss(ev, 0.0)
-    p.on_ack(ev, 0.001, ecn=False, rtt=RTT)  # a packet sent before the failure
+    p.ev_set.on_loss(ev, 0.0)
+    p.ev_set.on_ack(ev, 0.001, ecn=False, rtt=RTT)  # a packet sent before the failure
     assert ev.state is BAD
 
 
@@ -241,48 +241,48 @@ def test_plane_parked_when_half_its_evs_are_bad_and_restored_by_one_probe() -> N
     p = SprayPolicy(planes=2, evs_per_plane=8, plane_probe_evs=2, base_rtt=RTT)
     plane0 = [ev for ev in p.evs if ev.plane == 0]
     for i, ev in enumerate(plane0[:3]):
-        p.on_loss(ev, 0.0 + i * 1e-6)
+        p.ev_set.on_loss(ev, 0.0 + i * 1e-6)
     assert p.parked_planes() == []
-    p.on_loss(plane0[3], 1e-5)
-    assert p.parked_planes() == [0] and p.plane_state(0) is PlaneState.PARKED
+    p.ev_set.on_loss(plane0[3], 1e-5)
+    assert p.parked_planes() == [0] and p.ev_set.plane_state(0) is PlaneState.PARKED
     assert all(ev.state is BAD for ev in plane0)
     assert all(p.next_ev(0.001).plane == 1 for _ in range(100))  # type: ignore[union-attr]
-    t = p.next_timer()
+    t = p.ev_set.next_timer()
     assert t is not None
-    probes = p.due_probes(t)
+    probes = p.ev_set.due_probes(t)
     assert len(probes) == 2 and all(ev.plane == 0 for ev in probes)
     # The probe slots move on to other EVs of the plane, backing off.
     for ev in probes:
-        p.on_probe_sent(ev, t)
-    t2 = p.next_timer()
+        p.ev_set.on_probe_sent(ev, t)
+    t2 = p.ev_set.next_timer()
     assert t2 is not None and t2 - t == pytest.approx(8 * RTT)
-    probes2 = p.due_probes(t2)
+    probes2 = p.ev_set.due_probes(t2)
     assert len(probes2) == 2 and not set(map(id, probes2)) & set(map(id, probes))
-    p.on_probe_ack(probes[0], t2 + RTT, rtt=RTT)  # a late answer still proves the plane
+    p.ev_set.on_probe_ack(probes[0], t2 + RTT, rtt=RTT)  # a late answer still proves the plane
     assert p.parked_planes() == []
     # The four EVs that lost packets before the park (fewer than 2/3 of the
     # plane) stay ASSUMED_BAD, each probed on its own; the rest are GOOD.
     lost = {id(ev) for ev in plane0[:4]} - {id(probes[0])}
     assert all((ev.state is BAD) == (id(ev) in lost) for ev in plane0)
-    t3 = p.next_timer()
+    t3 = p.ev_set.next_timer()
     assert t3 is not None
-    for ev in p.due_probes(t3):
-        p.on_probe_sent(ev, t3)
-        p.on_probe_ack(ev, t3 + RTT, rtt=RTT)
+    for ev in p.ev_set.due_probes(t3):
+        p.ev_set.on_probe_sent(ev, t3)
+        p.ev_set.on_probe_ack(ev, t3 + RTT, rtt=RTT)
     assert all(ev.state is GOOD for ev in plane0)
-    assert p.next_timer() is None
+    assert p.ev_set.next_timer() is None
     assert {ev.plane for ev in (p.next_ev(1.0) for _ in range(16)) if ev} == {0, 1}
 
 
 def test_plane_parked_after_silence_with_losses_on_distinct_evs() -> None:
     p = SprayPolicy(base_rtt=RTT, plane_loss_evs=4)  # silence = 3 ms
     plane2 = [ev for ev in p.evs if ev.plane == 2]
-    p.on_ack(plane2[10], 1.0, ecn=False, rtt=RTT)
+    p.ev_set.on_ack(plane2[10], 1.0, ecn=False, rtt=RTT)
     for i in range(4):
-        p.on_loss(plane2[i], 1.001)
+        p.ev_set.on_loss(plane2[i], 1.001)
     assert p.parked_planes() == []  # the plane answered 1 ms ago
-    assert p.next_timer() == pytest.approx(1.003)
-    p.due_probes(1.0031)
+    assert p.ev_set.next_timer() == pytest.approx(1.003)
+    p.ev_set.due_probes(1.0031)
     assert p.parked_planes() == [2]
     assert all(ev.state is BAD for ev in plane2)
     snap = p.snapshot()
@@ -297,12 +297,12 @@ def test_a_park_logs_the_srtt_of_the_moment_the_plane_went_silent() -> None:
     es = p.ev_set
     es.set_rtt(2e-3)
     plane2 = [ev for ev in p.evs if ev.plane == 2]
-    p.on_ack(plane2[10], 1.0, ecn=False, rtt=2e-3)  # last heard, at an srtt of 2 ms
+    p.ev_set.on_ack(plane2[10], 1.0, ecn=False, rtt=2e-3)  # last heard, at an srtt of 2 ms
     es.set_rtt(0.5e-3)  # the survivor's samples
     for i in range(4):
-        p.on_loss(plane2[i], 1.0005)
+        p.ev_set.on_loss(plane2[i], 1.0005)
     for k in range(1, 40):
-        p.due_probes(1.0 + k * 0.5e-3)
+        p.ev_set.due_probes(1.0 + k * 0.5e-3)
         if p.parked_planes():
             break
     assert p.parked_planes() == [2]
@@ -315,9 +315,9 @@ def test_acks_from_a_plane_keep_it_up() -> None:
     p = SprayPolicy(base_rtt=RTT, plane_loss_evs=4)
     plane1 = [ev for ev in p.evs if ev.plane == 1]
     for i in range(6):
-        p.on_loss(plane1[i], 1.0)
-        p.on_ack(plane1[20], 1.0, ecn=False, rtt=RTT)  # gray, not dead
-    p.due_probes(2.0)
+        p.ev_set.on_loss(plane1[i], 1.0)
+        p.ev_set.on_ack(plane1[20], 1.0, ecn=False, rtt=RTT)  # gray, not dead
+    p.ev_set.due_probes(2.0)
     assert p.parked_planes() == []
 
 
@@ -332,26 +332,26 @@ def test_avoid_is_honoured() -> None:
     only = p.evs[3]
     for ev in p.evs:
         if ev is not only:
-            p.deny(ev)
+            p.ev_set.deny(ev)
     assert p.next_ev(0.0, avoid=only) is only
 
 
 def test_none_when_nothing_usable() -> None:
     p = SprayPolicy(planes=2, evs_per_plane=2)
     for ev in p.evs:
-        p.on_loss(ev, 0.0)
+        p.ev_set.on_loss(ev, 0.0)
     assert p.next_ev(0.0) is None
     # The last live plane is parked only after a probe failed (issue 12).
     assert p.parked_planes() == [0]
-    probes = p.due_probes(0.0)
+    probes = p.ev_set.due_probes(0.0)
     # Plane 1 is probed; so is the parked plane 0 at once (it may be the
     # one that works: the last live plane looks dead).
     assert probes and {ev.plane for ev in probes} == {0, 1}
     for ev in probes:
-        p.on_probe_sent(ev, 0.0)
-    t = p.next_timer()
+        p.ev_set.on_probe_sent(ev, 0.0)
+    t = p.ev_set.next_timer()
     assert t == pytest.approx(0.003)  # plane_silence after the probes
-    p.due_probes(t)
+    p.ev_set.due_probes(t)
     assert sorted(p.parked_planes()) == [0, 1]
 
 
@@ -360,26 +360,26 @@ def test_denied_never_chosen_and_allow_restores() -> None:
         p = get_policy(name, planes=2, evs_per_plane=4)
         denied = p.evs[::2]
         for ev in denied:
-            p.deny(ev)
+            p.ev_set.deny(ev)
         picks = [p.next_ev(0.0) for _ in range(200)]
         assert all(ev is not None and ev.state is not DENIED for ev in picks), name
-        p.allow(denied[0])
+        p.ev_set.allow(denied[0])
         assert denied[0].state is GOOD
     p = SprayPolicy(planes=2, evs_per_plane=4)
-    p.deny(p.evs[0])
-    p.on_probe_ack(p.evs[0], 0.0)
+    p.ev_set.deny(p.evs[0])
+    p.ev_set.on_probe_ack(p.evs[0], 0.0)
     assert p.evs[0].state is DENIED  # only the operator lifts a deny
 
 
 def test_allow_into_parked_plane_waits_for_plane() -> None:
     p = SprayPolicy(planes=2, evs_per_plane=2)
     a, b = p.evs[0], p.evs[1]
-    p.deny(a)
-    p.on_loss(b, 0.0)
+    p.ev_set.deny(a)
+    p.ev_set.on_loss(b, 0.0)
     assert p.parked_planes() == [0]
-    p.allow(a)
+    p.ev_set.allow(a)
     assert a.state is BAD
-    p.on_probe_ack(b, 0.01)
+    p.ev_set.on_probe_ack(b, 0.01)
     assert a.state is GOOD and b.state is GOOD
 
 
@@ -392,8 +392,8 @@ def test_reps_recycles_unmarked_evs() -> None:
     assert p.explored == 4
     ok, marked = first[0], first[1]
     assert ok is not None and marked is not None
-    p.on_ack(ok, 0.001, ecn=False, rtt=RTT)
-    p.on_ack(marked, 0.001, ecn=True, rtt=RTT)
+    p.ev_set.on_ack(ok, 0.001, ecn=False, rtt=RTT)
+    p.ev_set.on_ack(marked, 0.001, ecn=True, rtt=RTT)
     assert p.next_ev(0.002) is ok and p.recycled == 1
     nxt = p.next_ev(0.002)  # cache consumed: explore, never the marked one
     assert nxt is not ok and nxt is not marked and p.explored == 5
@@ -402,7 +402,7 @@ def test_reps_recycles_unmarked_evs() -> None:
 def test_reps_cache_is_bounded_and_skips_avoid() -> None:
     p = RepsPolicy(planes=1, evs_per_plane=32)
     for ev in p.evs[:12]:
-        p.on_ack(ev, 0.0, ecn=False, rtt=None)
+        p.ev_set.on_ack(ev, 0.0, ecn=False, rtt=None)
     assert len(p.cache) == 8 and list(p.cache) == p.evs[4:12]
     assert p.next_ev(0.0, avoid=p.evs[4]) is p.evs[5]
 
@@ -410,9 +410,9 @@ def test_reps_cache_is_bounded_and_skips_avoid() -> None:
 def test_reps_freezes_after_loss() -> None:
     p = RepsPolicy(planes=2, evs_per_plane=8, base_rtt=RTT)  # freeze 4 ms
     a, b = p.evs[0], p.evs[9]
-    p.on_ack(a, 0.0, ecn=False, rtt=None)
-    p.on_ack(b, 0.0, ecn=False, rtt=None)
-    p.on_loss(p.evs[3], 0.0)
+    p.ev_set.on_ack(a, 0.0, ecn=False, rtt=None)
+    p.ev_set.on_ack(b, 0.0, ecn=False, rtt=None)
+    p.ev_set.on_loss(p.evs[3], 0.0)
     frozen = [p.next_ev(0.001) for _ in range(10)]
     assert set(map(id, frozen)) == {id(a), id(b)}  # reused, not consumed
     assert p.explored == 0
@@ -424,11 +424,11 @@ def test_single_uses_one_ev_and_fails_over_only_when_bad() -> None:
     p = SinglePolicy(seed=9)
     first = p.next_ev(0.0)
     assert first is not None
-    p.on_ack(first, 0.0, ecn=True, rtt=RTT)  # ECMP does not react to marks
+    p.ev_set.on_ack(first, 0.0, ecn=True, rtt=RTT)  # ECMP does not react to marks
     picks = {id(p.next_ev(0.0, avoid=first)) for _ in range(1000)}
     assert picks == {id(first)}
     assert first.sent == 1001
-    p.on_loss(first, 0.1)
+    p.ev_set.on_loss(first, 0.1)
     second = p.next_ev(0.1)
     assert second is not None and second is not first
     assert {id(p.next_ev(0.2)) for _ in range(100)} == {id(second)}
@@ -438,15 +438,15 @@ def test_single_uses_one_ev_and_fails_over_only_when_bad() -> None:
 def test_single_none_when_all_bad() -> None:
     p = SinglePolicy(planes=1, evs_per_plane=3)
     for ev in p.evs:
-        p.on_loss(ev, 0.0)
+        p.ev_set.on_loss(ev, 0.0)
     assert p.next_ev(0.0) is None
 
 
 def test_oblivious_ignores_health_but_not_deny() -> None:
     p = ObliviousPolicy(planes=2, evs_per_plane=4)
-    p.on_loss(p.evs[0], 0.0)
-    p.on_ack(p.evs[5], 0.0, ecn=True, rtt=None)
-    p.deny(p.evs[6])
+    p.ev_set.on_loss(p.evs[0], 0.0)
+    p.ev_set.on_ack(p.evs[5], 0.0, ecn=True, rtt=None)
+    p.ev_set.deny(p.evs[6])
     picks = Counter(id(p.next_ev(0.0)) for _ in range(70))
     assert picks[id(p.evs[0])] == 10 and picks[id(p.evs[5])] == 10
     assert id(p.evs[6]) not in picks
@@ -473,9 +473,9 @@ def test_snapshot_is_plain_and_counts() -> None:
         ev = p.next_ev(0.0)
         assert ev is not None
         if i == 0:
-            p.on_trim(ev, 0.0, last_hop=False)
+            p.ev_set.on_trim(ev, 0.0, last_hop=False)
         else:
-            p.on_ack(ev, 0.0, ecn=False, rtt=RTT)
+            p.ev_set.on_ack(ev, 0.0, ecn=False, rtt=RTT)
     snap = json.loads(json.dumps(p.snapshot()))
     assert snap["policy"] == "spray"
     assert sum(row["sent"] for row in snap["planes"]) == 8
@@ -488,15 +488,15 @@ def test_snapshot_is_plain_and_counts() -> None:
 def test_allow_into_fully_denied_parked_plane_gets_probed() -> None:
     p = SprayPolicy(planes=2, evs_per_plane=2, base_rtt=RTT)
     a, b = p.evs[0], p.evs[1]
-    p.on_loss(a, 1.0)
-    p.on_loss(b, 1.0)
+    p.ev_set.on_loss(a, 1.0)
+    p.ev_set.on_loss(b, 1.0)
     assert p.parked_planes() == [0]
-    p.deny(a)
-    p.deny(b)
-    assert p.next_timer() is None  # nothing left to probe
-    p.allow(b)
-    assert b.state is BAD and p.due_probes(1.004) == [b]
-    p.on_probe_ack(b, 1.005)
+    p.ev_set.deny(a)
+    p.ev_set.deny(b)
+    assert p.ev_set.next_timer() is None  # nothing left to probe
+    p.ev_set.allow(b)
+    assert b.state is BAD and p.ev_set.due_probes(1.004) == [b]
+    p.ev_set.on_probe_ack(b, 1.005)
     assert p.parked_planes() == [] and b.state is GOOD and a.state is DENIED
 
 
@@ -520,7 +520,7 @@ def test_spray_run_retransmission_leaves_the_run_and_a_bad_ev_ends_it() -> None:
     retx = p.next_ev(0.0, avoid=first)  # a retransmission never joins a run
     assert retx is not None and retx is not first
     assert p.next_ev(0.0) is first  # the run continues after it
-    p.on_loss(first, 0.0)
+    p.ev_set.on_loss(first, 0.0)
     assert first.state is BAD
     nxt = p.next_ev(0.0)
     assert nxt is not None and nxt is not first  # the run ends with the EV's health
@@ -555,10 +555,10 @@ def test_plane_silence_timer_parks_at_exactly_its_own_deadline() -> None:
     the timer due forever: a simulator livelock found with spray_run = 16."""
     p = SprayPolicy(base_rtt=RTT, plane_loss_evs=4, plane_silence=0.1)
     plane2 = [ev for ev in p.evs if ev.plane == 2]
-    p.on_ack(plane2[10], 0.7, ecn=False, rtt=RTT)
+    p.ev_set.on_ack(plane2[10], 0.7, ecn=False, rtt=RTT)
     for i in range(4):
-        p.on_loss(plane2[i], 0.7995)  # probes of these EVs fall due after 0.8
-    t = p.next_timer()
+        p.ev_set.on_loss(plane2[i], 0.7995)  # probes of these EVs fall due after 0.8
+    t = p.ev_set.next_timer()
     assert t == 0.7 + 0.1 and t - 0.7 < 0.1  # the rounding this test is about
-    p.due_probes(t)
+    p.ev_set.due_probes(t)
     assert p.parked_planes() == [2]

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from testbed.sim.scenarios_asym import scenario_asymmetric, scenario_gray_heal
-from transport.plane_share import PlaneShares
+from transport.paths.plane_share import PlaneShares
 
 
 @pytest.mark.parametrize(("case", "jitter"), [("half_rate", 0.0), ("latency", 0.0),

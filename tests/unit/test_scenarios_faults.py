@@ -34,9 +34,9 @@ def test_control_packets_avoid_evs_the_host_found_dead() -> None:
     _establish(sim, a, b, limit=0.5)
     evs = b.conn.paths.ev_set.plane_evs(0)
     dead = evs[: len(evs) // 2]
-    b.conn.paths.on_ack(evs[-1], sim.now, ecn=False, rtt=None)  # the plane answers
+    b.conn.paths.ev_set.on_ack(evs[-1], sim.now, ecn=False, rtt=None)  # the plane answers
     for ev in dead:
-        b.conn.paths.on_loss(ev, sim.now)
+        b.conn.paths.ev_set.on_loss(ev, sim.now)
     assert b.conn.paths.parked_planes() == []
     assert all(ev.state is EvState.ASSUMED_BAD for ev in dead)
     used = {b.conn._ctl_path(0).ev for _ in range(4 * len(evs) * b.conn.paths.spray_run)}
@@ -44,7 +44,7 @@ def test_control_packets_avoid_evs_the_host_found_dead() -> None:
     assert used == {ev.value for ev in evs if ev.state is not EvState.ASSUMED_BAD}
     # Every EV of the plane dead: the plane still gets its answers (any EV).
     for ev in evs:
-        b.conn.paths.on_loss(ev, sim.now)
+        b.conn.paths.ev_set.on_loss(ev, sim.now)
     assert b.conn._ctl_path(0).plane == 0
 
 

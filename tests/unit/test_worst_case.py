@@ -12,9 +12,8 @@ from __future__ import annotations
 import pytest
 
 from testbed.sim import worst_case as W
-from transport.ev_state import EvSet, PlaneState
 from transport.path_health import PathHealth
-from transport.paths import SprayPolicy
+from transport.paths import EvSet, PlaneState, SprayPolicy
 from transport.psn import unwrap, wire
 from transport.receiver import Receiver
 from transport.sender import MAX_TLPS, Sender
@@ -261,14 +260,14 @@ def test_a_due_silence_deadline_always_acts() -> None:
     assert (1.0001 + 0.003) - 1.0001 < 0.003  # the float trap itself
     p = SprayPolicy(base_rtt=RTT, plane_silence=0.003)
     plane2 = [ev for ev in p.evs if ev.plane == 2]
-    p.on_ack(plane2[10], 1.0001, ecn=False, rtt=RTT)
+    p.ev_set.on_ack(plane2[10], 1.0001, ecn=False, rtt=RTT)
     for i in range(4):
-        p.on_loss(plane2[i], 1.0002)
-    t = p.next_timer()
+        p.ev_set.on_loss(plane2[i], 1.0002)
+    t = p.ev_set.next_timer()
     assert t == 1.0001 + 0.003
-    p.due_probes(t)
+    p.ev_set.due_probes(t)
     assert p.parked_planes() == [2]
-    assert p.next_timer() != t
+    assert p.ev_set.next_timer() != t
 
 
 def test_every_deadline_advances_in_virtual_time() -> None:

@@ -27,14 +27,23 @@ Policy-free: it only says which plane the next packet should take
 (``choose``); the path policy then sprays over that plane's EVs as usual.
 A plane that is parked or has no usable EV is never chosen; a plane that
 comes back starts from an even share (``reset``).
+
+The samples are the sender's per-plane SACK echoes, the same ones the path
+model (``model.py``) smooths into each plane's RTT; what is kept here is a
+different fact, each plane's *queueing delay*: RTT less the plane's
+minimum since it last came up (``base``, forgotten when it is parked: a
+plane back from a fault may come back on another route).
 """
 
 from __future__ import annotations
 
 import math
 
-#: Smoothing of each plane's queueing delay (per sample), as NSCC's.
-DELAY_EWMA = 0.125
+from transport.paths.model import PLANE_GAIN
+
+#: Smoothing of each plane's queueing delay (per sample): the path model's
+#: gain for a plane's RTT (``transport/paths/model.py``), as NSCC's.
+DELAY_EWMA = PLANE_GAIN
 #: Per ``HORIZON`` of time (an update moves by its share of one): how hard
 #: a weight moves towards equal delays (exponent of the delay ratio), at most
 #: by what factor either way, and how hard it is pulled back towards even (so

@@ -1,0 +1,105 @@
+"""The loss classifier (transport/loss_policy.py): each declared loss gets
+one verdict, from the facts the connection has."""
+
+from __future__ import annotations
+
+import math
+
+from transport.ev_state import Ev, EvState
+from transport.loss_policy import (
+    LOSS_PENALTY,
+    TWIN_AFTER_LOSSES,
+    LossCause,
+    LossKind,
+    classify,
+)
+from transport.send_queue import SentPacket
+
+MIN_RTT = 1e-3
+QUEUED = MIN_RTT * 2.0  # srtt with a standing queue of 1 ms
+CALM = MIN_RTT * 1.1  # srtt with 0.1 ms of queue: under a quarter of the min RTT
+
+
+class Facts:
+    """Path health's answers, as plain tables."""
+
+    def __init__(self, scores: dict[int, int] | None = None,
+                 answered: dict[int, float] | None = None) -> None:
+        self.scores = scores or {}
+        self.answered = answered or {}
+
+    def loss_score(self, ev: Ev) -> int:
+        return self.scores.get(ev.value, 0)
+
+    def plane_answered_sent(self, plane: int) -> float:
+        return self.answered.get(plane, -math.inf)
+
+
+def _lost(ev: Ev, sent: float = 1.0, losses: int = 1) -> SentPacket:
+    p = SentPacket(0, 1, 0, 1000, 1000, True)
+    p.ev, p.sent_time, p.losses = ev, sent, losses
+    return p
+
+
+def _facts_answered_after(t: float) -> Facts:
+    return Facts(answered={0: t, 1: t})
+
+
+def test_a_loss_behind_a_queue_on_a_healthy_ev_is_congestion() -> None:
+    ev = Ev(0, 7, 0)
+    (v,) = classify([_lost(ev)], cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
+                    target_delay=0.0, health=_facts_answered_after(2.0))
+    assert v.kind is LossKind.CONGESTION and v.to_controller and not v.condemn and not v.twin
+
+
+def test_the_controllers_delay_target_says_how_much_queue_is_normal() -> None:
+    ev = Ev(0, 7, 0)
+    (v,) = classify([_lost(ev)], cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
+                    target_delay=2 * MIN_RTT, health=_facts_answered_after(2.0))
+    assert v.kind is LossKind.HOST_NOISE and not v.to_controller
+
+
+def test_a_loss_on_a_failing_ev_is_path_failure_not_congestion() -> None:
+    lossy, skipped = Ev(0, 7, 0), Ev(0, 8, 1, state=EvState.SKIP)
+    verdicts = classify([_lost(lossy), _lost(skipped)], cause=LossCause.INFERRED,
+                        srtt=QUEUED, min_rtt=MIN_RTT, target_delay=0.0,
+                        health=Facts(scores={7: 1}, answered={0: 2.0}))
+    assert [v.kind for v in verdicts] == [LossKind.PATH_FAILURE] * 2
+    assert not any(v.to_controller for v in verdicts)
+
+
+def test_a_loss_without_a_queue_is_host_noise_and_a_repeat_goes_out_twice() -> None:
+    ev = Ev(0, 7, 0)
+    once, again = classify([_lost(ev), _lost(Ev(1, 9, 2), losses=TWIN_AFTER_LOSSES)],
+                           cause=LossCause.INFERRED, srtt=CALM, min_rtt=MIN_RTT,
+                           target_delay=0.0, health=_facts_answered_after(2.0))
+    assert once.kind is LossKind.HOST_NOISE and not once.twin and not once.to_controller
+    assert again.kind is LossKind.HOST_NOISE and again.twin
+
+
+def test_repeated_losses_on_one_ev_condemn_it_as_the_score_adds_up() -> None:
+    ev = Ev(0, 7, 0)
+    verdicts = classify([_lost(ev), _lost(ev)], cause=LossCause.INFERRED, srtt=QUEUED,
+                        min_rtt=MIN_RTT, target_delay=0.0, health=_facts_answered_after(2.0))
+    # Both judged against the EV as it was (healthy: congestion); the second
+    # loss takes its score past the threshold (2 x LOSS_PENALTY).
+    assert [v.kind for v in verdicts] == [LossKind.CONGESTION] * 2
+    assert [v.condemn for v in verdicts] == [False, True]
+    assert 2 * LOSS_PENALTY >= 12
+
+
+def test_a_plane_silent_since_the_packet_left_condemns_at_once() -> None:
+    ev = Ev(1, 7, 0)
+    (v,) = classify([_lost(ev, sent=3.0)], cause=LossCause.INFERRED, srtt=CALM,
+                    min_rtt=MIN_RTT, target_delay=0.0, health=_facts_answered_after(2.0))
+    assert v.condemn and v.kind is LossKind.PATH_FAILURE and not v.twin
+
+
+def test_timeouts_reach_the_controller_but_a_sweep_does_not() -> None:
+    ev = Ev(0, 7, 0)
+    (rto,) = classify([_lost(ev)], cause=LossCause.RTO, srtt=CALM, min_rtt=MIN_RTT,
+                      target_delay=0.0, health=_facts_answered_after(2.0))
+    (sweep,) = classify([_lost(ev)], cause=LossCause.SWEEP, srtt=CALM, min_rtt=MIN_RTT,
+                        target_delay=0.0, health=_facts_answered_after(2.0))
+    assert rto.kind is LossKind.TIMEOUT and rto.to_controller and rto.condemn
+    assert sweep.kind is LossKind.TIMEOUT and not sweep.to_controller and not sweep.condemn

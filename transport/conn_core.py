@@ -1,0 +1,224 @@
+"""The connection's shared state and the small helpers every part uses.
+
+``Connection`` (``connection.py``) is one object built in layers, bottom up:
+this core (state, failure, control paths, the loss verdicts applied),
+``conn_handshake`` (INIT/ACCEPT, keys), ``conn_lifecycle`` (timers, close,
+expiry), ``conn_dispatch`` (the receive path) and ``conn_scheduler`` (what
+goes out, ``_output``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from congestion import registry as cc_registry
+from transport.config import ConnectionConfig
+from transport.conn_state import TERMINAL, ConnEvent, ConnState, next_state
+from transport.datagram import TxPath
+from transport.events import ConnectionFailed, Event
+from transport.host_share import HostShare
+from transport.loss_policy import LossCause, classify
+from transport.path_health import PathHealth
+from transport.paths import PathPolicy, get_policy
+from transport.paths.model import PathModel
+from transport.psn import wire as psn_wire
+from transport.receiver import Receiver
+from transport.sender import Sender, SentPacket
+from wire.codec import HandshakeCodec, Opener, Sealer
+from wire.constants import CloseReason, Dscp, Flag
+from wire.keys import DirectionKeys, new_nonce
+from wire.packets import Reset
+
+_CLOSE_RETRIES = 5
+#: What the sender allows for the peer's ACK delay before its SACKs report one
+#: (the SACK ``ACK Delay`` field; ``Sender.ack_delay`` learns it from there).
+PEER_ACK_DELAY = 20e-6
+#: An ACK delay up to this is shorter than an event-loop wakeup: the I/O layer
+#: sends such held SACKs once it has read its sockets (``flush_ack``).
+FLUSH_ACK_DELAY = 100e-6
+#: Probe id of a credit probe: the receiver answers it with a SACK (its
+#: current credit edge), not a PROBE_ACK; path probes count from 1.
+_CREDIT_PROBE_ID = 0
+# Plain ints for the per-packet paths: `IntFlag & int` runs Python-level enum
+# code (~0.5 µs a time, measured by the wire benchmark's author).
+_ACK_REQ = int(Flag.ACK_REQ)
+_ECN_ECHO = int(Flag.ECN_ECHO)
+_RETX = int(Flag.RETX)
+_LAST = int(Flag.LAST)
+_DSCP_DATA = int(Dscp.DATA)
+_DSCP_RETX = int(Dscp.RETX)
+
+
+def _us(now: float) -> int:
+    return int(now * 1e6) & 0xFFFFFFFF
+
+
+class ConnCore:
+    """State shared by the parts of ``Connection`` (use ``Connection``)."""
+
+    def __init__(self, *, config: ConnectionConfig, secret: bytes | None, local_cid: int,
+                 now: float, initiator: bool) -> None:
+        self.config = config
+        self.initiator = initiator
+        self.local_cid = local_cid
+        self.remote_cid = 0
+        self.state = ConnState.HANDSHAKING
+        self.failure_reason: str | None = None
+        self._secret = secret
+        self._hs = HandshakeCodec(secret)
+        self._nonce = new_nonce()
+        self._peer_nonce = b""
+        self._sealer: Sealer | None = None
+        self._opener: Opener | None = None
+        # A responder builds its opener (and its 8192-slot replay window) only
+        # when the first connection packet arrives: a replayed INIT costs less.
+        self._opener_keys: DirectionKeys | bool | None = False
+        #: (send, receive) keys once derived, for a key log (``wire.keylog``).
+        self.traffic_keys: tuple[DirectionKeys, DirectionKeys] | None = None
+        self._created = now
+        self._now = now
+        c = config
+        #: Per-plane and per-EV RTT and last-heard times: one owner, read by
+        #: the sender's loss thresholds, the EV set's liveness and path health.
+        self.path_model = PathModel(c.planes)
+        self.paths: PathPolicy = get_policy(
+            c.path_policy, planes=c.planes, evs_per_plane=c.evs_per_plane,
+            seed=c.seed, base_rtt=c.initial_rtt, spray_run=c.spray_run,
+            **{"late_floor": c.min_rto / 4, "model": self.path_model, **c.path_params},
+        )
+        self.cc = cc_registry.for_connection(
+            c.congestion, mtu=c.payload_size, base_rtt=c.initial_rtt,
+            line_rate=c.plane_rate * c.planes, params=c.congestion_params)
+        #: The endpoint's sending connections, which share its maxwnd (None: alone).
+        self.host_share: HostShare | None = None
+        self.sender = Sender(
+            payload_size=c.payload_size, initial_rtt=c.initial_rtt, min_rto=c.min_rto,
+            max_rto=c.max_rto, reorder_fraction=c.reorder_fraction,
+            ack_delay=min(c.ack_delay, PEER_ACK_DELAY),
+            psn_window=c.psn_window, initial_psn=c.initial_psn, path_model=self.path_model,
+        )
+        self.receiver = Receiver(
+            ack_every=c.ack_every, ack_delay=c.ack_delay, psn_window=c.psn_window,
+            max_message_size=c.max_message_size, slice_size=c.payload_size,
+            recv_window=c.recv_window, hold_delivered=c.hold_delivered,
+            initial_psn=c.initial_psn,
+        )
+        self._events: deque[Event] = deque()
+        self._control: list[tuple[bytes, TxPath]] = []
+        #: Data TxPaths by (plane << 24 | EV << 8 | DSCP): immutable, built once.
+        self._tx_paths: dict[int, TxPath] = {}
+        self._hs_packet: bytes | None = None
+        self._hs_deadline: float | None = None
+        self._hs_tries = 0
+        self._close_deadline: float | None = None
+        self._close_tries = 0
+        self._close_reason = CloseReason.NORMAL
+        self.health = PathHealth(self.paths, planes=c.planes, now=now, ack_every=c.ack_every)
+        self.sender.last_progress = now
+        #: Last authenticated packet of the peer (responder expiry); a responder
+        #: is "confirmed" once one arrived after its ACCEPT.
+        self.last_heard = now
+        self.confirmed = initiator
+        self._persist_at: float | None = None
+        self._persist_tries = 0  # unanswered credit probes (reset by any SACK)
+        self._persist_backoff = 0  # reset only when credit arrives
+        self.dropped: dict[str, int] = {}
+        self.trims_fabric = 0
+        #: Sends the host's own stack refused for want of a route (link down).
+        self.unreachable_sends = 0
+        self.trims_last_hop = 0
+        #: Planes whose first data packet has not gone out yet: it asks for an
+        #: immediate ACK. The controller's per-plane base RTT is that plane's
+        #: smallest sample; with ACKs every ``ack_every`` packets a plane's
+        #: first sample could come from a packet sent behind the connection's
+        #: own initial window (issue 12: 4-to-1 incast, the second plane's base
+        #: read 4.3 ms for a 0.6 ms path, so half of all ACKs said "no queue" at
+        #: 4 ms of queueing). With one plane every sample shares one base and
+        #: the first regular ACK is taken as it always was (asking there
+        #: shrinks the first RTT estimate below the initial window's own
+        #: queue: scenario i then called queued packets lost).
+        self._rtt_unsampled: set[int] = set(range(c.planes)) if c.planes > 1 else set()
+        #: Work avoidance for a host with many connections, whose I/O layer
+        #: asks every one of them on every pass (``Endpoint``): while nothing
+        #: has reached the connection (a datagram, a timer, an API call) since
+        #: a ``datagrams_to_send`` that found nothing to send, the next one
+        #: answers [] without looking, and ``next_timer`` keeps its answer
+        #: until something does. Output that time alone makes due (pacing,
+        #: probes, retransmission) has a deadline in ``next_timer``, and a due
+        #: deadline comes in through ``handle_timer``.
+        self._stirred = True
+        self._timer_known = False
+        self._timer_at: float | None = None
+
+    # -- state -------------------------------------------------------------------
+
+    def _transition(self, event: ConnEvent) -> None:
+        self.state = next_state(self.state, event)
+
+    @property
+    def is_established(self) -> bool:
+        return self.state in (ConnState.ESTABLISHED, ConnState.DRAINING)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def _fail(self, event: ConnEvent, reason: str, *, tell_peer: bool, now: float,
+              code: CloseReason = CloseReason.RETRY_BUDGET, peer_forgot: bool = False) -> None:
+        if self.is_terminal:
+            return
+        if tell_peer and self._sealer is not None:
+            self._control.append((self._sealer.seal(Reset(code, psn_wire(self.sender.next_psn))),
+                                  self._ctl_path(0)))
+        # The table draws the expected failing edges (docs/state-machines.md);
+        # a failure is final from any state, so it is applied unconditionally.
+        self.state = ConnState.FAILED
+        self.failure_reason = reason
+        self.receiver.discard()
+        self._events.append(ConnectionFailed(reason, peer_forgot))
+
+    # -- paths -------------------------------------------------------------------
+
+    def _ctl_path(self, plane: int) -> TxPath:
+        """The path of a control packet answering on ``plane`` (``PathHealth.control_path``)."""
+        return self.health.control_path(plane)
+
+    # -- input -------------------------------------------------------------------
+
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def _send_sack(self, now: float) -> None:
+        assert self._sealer is not None
+        for due in self.receiver.make_sacks(now, self.sender.rtt.srtt):
+            flags = _ECN_ECHO if due.ecn_echo else 0
+            self._control.append((self._sealer.seal(due.sack, flags=flags),
+                                  self._ctl_path(due.plane)))
+
+    def _on_lost(self, lost: list[SentPacket], now: float, *, cause: LossCause) -> None:
+        """Packets the sender declared lost: each is classified once by the
+        loss policy (``transport/loss_policy.py``), and the controller, path
+        health and the resends read its verdict."""
+        if not lost:
+            return
+        rtt = self.sender.rtt
+        verdicts = classify(lost, cause=cause, srtt=rtt.srtt, min_rtt=rtt.min_rtt,
+                            target_delay=self.cc.target_delay, health=self.health)
+        cc_bytes = self.sender.on_verdicts(lost, verdicts)
+        if cc_bytes or cause is LossCause.RTO:
+            self.cc.on_loss(now=now, lost_bytes=cc_bytes)
+        self.health.on_lost(lost, verdicts, now)
+
+    @property
+    def initiator_of_close(self) -> bool:
+        return self._close_tries > 0
+
+    def _note_ev_changes(self) -> None:
+        """Report EV state changes as events."""
+        self._events.extend(self.health.take_changes())
+
+    def _stir(self) -> None:
+        """Something reached the connection: the next ``datagrams_to_send``
+        looks, and ``next_timer`` is computed afresh."""
+        self._stirred = True
+        self._timer_known = False
