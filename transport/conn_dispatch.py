@@ -207,7 +207,8 @@ class ConnDispatch(ConnLifecycle):
             self._persist_backoff = 0
         if res.rtt is not None:
             self.health.set_rtt(self.sender.rtt.srtt, self.sender.ack_delay)
-        if res.plane_rtt is not None:
+        if res.plane_rtt is not None and res.plane_rtt[0] < self.config.planes:
+            # The plane is what the peer's SACK echoes: only one we have counts.
             plane, prtt = res.plane_rtt
             self.health.plane_rtt(plane, prtt, now)
             self.cc.on_plane_rtt(plane=plane, rtt=prtt)

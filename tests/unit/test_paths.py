@@ -562,3 +562,14 @@ def test_plane_silence_timer_parks_at_exactly_its_own_deadline() -> None:
     assert t == 0.7 + 0.1 and t - 0.7 < 0.1  # the rounding this test is about
     p.ev_set.due_probes(t)
     assert p.parked_planes() == [2]
+
+
+def test_a_plane_rtt_for_a_plane_the_set_lacks_is_ignored() -> None:
+    """A SACK's echoed plane comes from the peer: a number past the
+    connection's planes must not reach the plane shares (it indexed past
+    their list and raised)."""
+    p = SprayPolicy(seed=3, planes=2)
+    p.ev_set.on_plane_rtt(0, 1e-3, 0.0)
+    for plane in (2, 40, 63, -1):
+        p.ev_set.on_plane_rtt(plane, 1e-3, 0.0)
+    assert p.next_ev(0.0) is not None

@@ -115,7 +115,10 @@ class EvSet(EvProbes):
     def on_plane_rtt(self, plane: int, rtt: float, now: float) -> None:
         """A round trip through ``plane`` (a SACK's echo), for a policy that
         weighs planes; the plane's RTT itself is the ``PathModel``'s (the
-        sender feeds it)."""
+        sender feeds it). The plane is the peer's echo: one this set does not
+        have is ignored (a hostile or confused peer must not index past it)."""
+        if not 0 <= plane < len(self._planes):
+            return
         for w in self.watchers:
             w.plane_rtt(plane, rtt, now)
 
