@@ -13,9 +13,9 @@ message is copied above the transport (``submit`` hands the caller's buffer
 to the connection: do not modify it until its future resolved; ``recv``
 returns the message the receiver assembled). Only one process can bind a
 host's planes: with a daemon running for the config, ``open`` fails and says
-so. The rules are the daemon's (``transport/hostcore.py``): at most
-``send_window`` unacknowledged bytes per peer (``submit`` waits for room:
-back-pressure, nothing dropped); delivered messages keep their credit until
+so. The rules are the daemon's, from the same code (``transport/hostcore.py``):
+at most ``send_window`` unacknowledged bytes per peer (``submit`` waits for
+room: back-pressure, nothing dropped); delivered messages keep their credit until
 ``recv`` takes them; a failed peer fails every pending future with the
 reason; a peer that restarted gets what it had not acknowledged again.
 
