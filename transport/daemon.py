@@ -8,27 +8,24 @@ gracefully: new sends are refused, queued data is sent until acknowledged
 Logs are one ``key=value`` line per event on stderr.
 
 The daemon is split by responsibility: ``daemon_config`` (the TOML file),
-``daemon_log`` (logs and the qlog tap), ``daemon_peers`` (a connection per
-peer), ``daemon_control`` (the Unix socket); this module ties them together.
-Their public names are importable from here.
+``daemon_log`` (logs and the qlog tap), ``transport.hostcore`` (the host's
+rules, shared with the in-process endpoint: peers, send windows, events,
+reconnection, inbox credit, close, stats), ``daemon_control`` (the Unix
+socket and receive streams); this module ties them together with signals,
+the qlog and the key log. Their public names are importable from here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import signal
-import socket
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
-from typing import IO, Any
+from typing import IO
 
 from transport import control
-from transport.aio import EndpointIO
 from transport.connection import Connection
 from transport.daemon_config import (
     MAX_AUTO_MTU,
@@ -49,19 +46,14 @@ from transport.daemon_control import (
     _RecvStream,
 )
 from transport.daemon_log import LEVELS, Log, QlogSink, QlogTap
-from transport.daemon_peers import DaemonPeers, _Peer
-from transport.endpoint import Endpoint, PeerKey
+from transport.endpoint import PeerKey
 from transport.events import (
-    ConnectionClosed,
     ConnectionEstablished,
-    ConnectionFailed,
     Event,
     EvStateChanged,
-    MessageAcked,
     MessageDelivered,
 )
-from transport.inbox import Inbox
-from transport.udp import PeerTable, PlaneAddr
+from transport.hostcore import UNREACHABLE, HostCore, _bind_fails, _flat, _jsonable
 
 __all__ = [
     "HANGUP_POLL",
@@ -78,6 +70,8 @@ __all__ = [
     "Log",
     "QlogSink",
     "QlogTap",
+    "_bind_fails",
+    "_jsonable",
     "auto_payload",
     "load_config",
     "load_secret",
@@ -85,69 +79,37 @@ __all__ = [
     "run_daemon",
 ]
 
-UNREACHABLE = "peer unreachable or key mismatch"
 
+class Daemon(ControlServer, HostCore):
+    """A ``HostCore`` (peers, send windows, inbox and credit, reconnection,
+    stats: ``transport/hostcore.py``) served over the control socket, with
+    signals, the qlog tap and the key log."""
 
-class Daemon(ControlServer, DaemonPeers):
     def __init__(self, cfg: DaemonConfig, *, secret: bytes | None, log: Log | None = None,
                  qlog: QlogSink | None = None) -> None:
-        self.cfg = cfg
-        self.secret = secret
-        self.log = log or Log()
+        HostCore.__init__(self, cfg, secret=secret, log=log or Log(),
+                          on_event=self._daemon_event,
+                          closing="daemon is shutting down; not accepting new work")
         self.qlog = qlog
-        if cfg.payload_auto:
-            payload = auto_payload(cfg.planes, cfg.peers)
-            if payload is not None:
-                cfg.connection = replace(cfg.connection, payload_size=payload)
-        # Back-pressure instead of inbox drops: a delivered message keeps its
-        # connection's credit until a client took it from the inbox, so each
-        # connection holds at most recv_window bytes here (recv_buffer caps it).
-        window = max(1 << 20, min(cfg.connection.recv_window, cfg.recv_buffer, (1 << 31) - 1))
-        conn_cfg = replace(cfg.connection, hold_delivered=True, recv_window=window,
-                           max_message_size=min(cfg.connection.max_message_size, window))
-        self.endpoint = Endpoint(config=conn_cfg, secret=secret)
-        table = PeerTable(len(cfg.planes), [a.port for a in cfg.planes])
-        for name, addrs in cfg.peers.items():
-            table.add(name, addrs)
-        self.io = EndpointIO(self.endpoint, cfg.planes, table, on_event=self._on_event,
-                             pool=cfg.pool, rcvbuf=cfg.rcvbuf, sndbuf=cfg.sndbuf,
-                             queue_wait=cfg.queue_wait)
         if qlog is not None:
             self.io.tap = QlogTap(qlog)
-        self.peers = {name: _Peer(name) for name in cfg.peers}
-        #: Per-peer queues served round robin (transport/inbox.py).
-        self.inbox = Inbox()
-        #: (peer, msg_id) -> connections that delivered it, oldest first: whose
-        #: credit comes back when the message leaves the inbox (``_release``).
-        self._inbox_owner: dict[tuple[str, int], deque[Connection]] = {}
-        self.inbox_bytes = 0
-        self.inbox_dropped = 0
-        self._inbox_ready = asyncio.Event()
         self._stop = asyncio.Event()
-        self.stopping = False
         self._server: asyncio.AbstractServer | None = None
         self._clients: set[asyncio.StreamWriter] = set()
         self._receivers: dict[asyncio.StreamWriter, _RecvStream] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._started = time.monotonic()
-        self._roles: dict[int, str] = {}
         self._cwnd: dict[int, int] = {}
         self._rtos: dict[int, int] = {}
-        self.messages_delivered = 0
         self._keylog: IO[str] | None = None
-        self.bytes_delivered = 0
-        self.messages_requeued = 0
-        self.messages_cancelled = 0
-        self.bytes_cancelled = 0
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            self.io.open(loop)
+            self.open(loop)
         except OSError as exc:
-            bad = next((a for a in self.cfg.planes if _bind_fails(a)), self.cfg.planes[0])
+            bad = self.failing_plane()
             if exc.errno == 98:
                 raise DaemonError(f"port in use: cannot bind {bad} ({exc.strerror}); "
                                   f"is another daemon running?") from None
@@ -186,31 +148,16 @@ class Daemon(ControlServer, DaemonPeers):
         return await self.shutdown()
 
     async def shutdown(self) -> int:
-        self.stopping = True
         code = 0
-        deadline = time.monotonic() + self.cfg.drain_timeout
-        conns = list(self.endpoint.connections.values())
-        while time.monotonic() < deadline and any(
-            c.sender.has_pending and not c.is_terminal for c in conns
-        ):
-            await asyncio.sleep(0.01)
-        left = sum(p.unacked for p in self.peers.values() if p.conn is not None)
+        left = await self.finish(self.cfg.drain_timeout, linger=2.0)
         if left:
             self.log("error", "drain_timeout", unacked_bytes=left,
                      timeout=self.cfg.drain_timeout)
             code = 1
-        now = self.io.now()
-        for c in list(self.endpoint.connections.values()):
-            if not c.is_terminal:
-                c.close(now)
-        self.io.kick()
-        end = time.monotonic() + 2.0
-        while self.endpoint.connections and time.monotonic() < end:
-            await asyncio.sleep(0.01)
         # Hand what arrived to the local receivers before going (waiting a
         # bounded time for one to come if none is attached).
         end = time.monotonic() + min(self.cfg.drain_timeout, 10.0)
-        while (self.inbox or self._handed_out()) and time.monotonic() < end:
+        while (self.inbox or self.handed_out()) and time.monotonic() < end:
             await asyncio.sleep(0.01)
         if self.inbox:
             self.log("warning", "undelivered_at_shutdown", messages=len(self.inbox),
@@ -224,7 +171,7 @@ class Daemon(ControlServer, DaemonPeers):
             self._server.close()
         with contextlib.suppress(OSError):
             self.cfg.socket_path.unlink()
-        self.io.close()
+        self.close_io()
         if self.qlog is not None:
             self.qlog.close()
         if self._keylog is not None:
@@ -232,66 +179,24 @@ class Daemon(ControlServer, DaemonPeers):
         self.log("info", "daemon_stopped", code=code, **_flat(self.io.stats()))
         return code
 
-    # -- events from the transport ----------------------------------------------------------
+    # -- events from the transport (after HostCore's rules) -----------------------------------
 
-    def _on_event(self, conn: Connection, peer: PeerKey, ev: Event) -> None:
-        name = str(peer)
-        p = self.peers.get(name)
-        cid = conn.local_cid
-        if isinstance(ev, MessageAcked):
-            if p is None:
-                return
-            pend = p.pending.pop(ev.msg_id, None)
-            if pend is not None:
-                p.unacked -= pend.size
-                p.window.set()
-                control.write(pend.writer, {"event": "acked", "id": pend.req_id,
-                                            "msg_id": ev.msg_id, "bytes": ev.size})
-        elif isinstance(ev, MessageDelivered):
-            self.messages_delivered += 1
-            self.bytes_delivered += len(ev.data)
-            # Never dropped: the connection's credit bounds what can pile up.
-            self.inbox.append((name, ev.msg_id, ev.data))
-            self._inbox_owner.setdefault((name, ev.msg_id), deque()).append(conn)
-            self.inbox_bytes += len(ev.data)
+    def _daemon_event(self, conn: Connection, peer: PeerKey, ev: Event) -> None:
+        if isinstance(ev, MessageDelivered):
             if self.qlog is not None:
-                self.qlog.event(time.monotonic(), "message_delivered", peer=name,
+                self.qlog.event(time.monotonic(), "message_delivered", peer=str(peer),
                                 msg_id=ev.msg_id, size=len(ev.data))
-            self._inbox_ready.set()
         elif isinstance(ev, ConnectionEstablished):
-            role = "initiator" if conn.initiator else "responder"
-            self._roles[cid] = role
-            self.log("info", "connection_established", peer=name, role=role, cid=cid,
-                     remote_cid=ev.remote_cid)
             if self._keylog is not None and conn.traffic_keys is not None:
                 from wire.keylog import format_lines
 
                 send, recv = conn.traffic_keys
-                self._keylog.write(format_lines(local_cid=cid, remote_cid=ev.remote_cid,
-                                                send=send, recv=recv))
-            if p is not None and p.conn is conn and p.ready is not None and not p.ready.done():
-                p.ready.set_result(conn)
-        elif isinstance(ev, ConnectionFailed) and ev.peer_forgot and p is not None \
-                and p.conn is conn and not self.stopping:
-            self._reconnect(p, conn, ev.reason)
-        elif isinstance(ev, ConnectionFailed):
-            reason = ev.reason
-            if reason.startswith("peer unreachable"):
-                reason = f"{UNREACHABLE} ({reason.partition(': ')[2] or reason})"
-            self.log("warning", "connection_failed", peer=name, cid=cid, reason=reason,
-                     drops=_flat(self.endpoint.drops) or "-")
-            self._end(p, conn, reason)
-        elif isinstance(ev, ConnectionClosed):
-            self.log("info", "connection_closed", peer=name, cid=cid, reason=ev.reason,
-                     **_flat(conn.stats(), keys=("packets_sent", "retransmissions",
-                                                 "nacks_received", "bytes_acked")))
-            self._end(p, conn, f"connection closed: {ev.reason}")
-        elif isinstance(ev, EvStateChanged):
-            if self.qlog is not None:
-                self.qlog.event(self.io.now(), "ev_state", plane=ev.plane,
-                                ev=ev.ev, old=ev.old, new=ev.new, cause="")
-            self.log("debug", "ev_state", peer=name, plane=ev.plane, ev=ev.ev, old=ev.old,
-                     new=ev.new)
+                self._keylog.write(format_lines(local_cid=conn.local_cid,
+                                                remote_cid=ev.remote_cid, send=send,
+                                                recv=recv))
+        elif isinstance(ev, EvStateChanged) and self.qlog is not None:
+            self.qlog.event(self.io.now(), "ev_state", plane=ev.plane, ev=ev.ev, old=ev.old,
+                            new=ev.new, cause="")
 
     async def _sample_cwnd(self) -> None:
         """cwnd into the qlog every 10 ms (when it changed), and the
@@ -315,66 +220,6 @@ class Daemon(ControlServer, DaemonPeers):
                                     inflight=s.bytes_in_flight,
                                     parked=c.paths.parked_planes())
             await asyncio.sleep(0.01)
-
-    # -- stats ---------------------------------------------------------------------------------
-
-    def stats(self) -> dict[str, Any]:
-        conns = []
-        for c in self.endpoint.connections.values():
-            snap = c.paths.snapshot()
-            conns.append({
-                "peer": str(self.endpoint.peer_of(c)),
-                "role": "initiator" if c.initiator else "responder",
-                "stats": _jsonable(c.stats()),
-                "cc": _jsonable(c.cc.stats()),
-                "paths": {"policy": snap.get("policy"), "states": snap.get("states"),
-                          "planes": snap.get("planes"), "evs": snap.get("evs"),
-                          "plane_shares": _jsonable(snap.get("plane_shares"))},
-            })
-        return {
-            "name": self.cfg.name,
-            "uptime": round(time.monotonic() - self._started, 3),
-            "encrypted": self.secret is not None,
-            "planes": [str(a) for a in self.cfg.planes],
-            "peers": sorted(self.cfg.peers),
-            "io": _jsonable(self.io.stats()),
-            "connections": conns,
-            "inbox": {"messages": len(self.inbox), "bytes": self.inbox_bytes,
-                      "dropped": self.inbox_dropped, "handed_out": self._handed_out(),
-                      "requeued": self.messages_requeued},
-            "unacked": {name: {"messages": len(p.pending), "bytes": p.unacked}
-                        for name, p in sorted(self.peers.items())},
-            "cancelled": {"messages": self.messages_cancelled, "bytes": self.bytes_cancelled},
-            "delivered": {"messages": self.messages_delivered, "bytes": self.bytes_delivered},
-            "stopping": self.stopping,
-        }
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, int | float | str | bool) or obj is None:
-        return obj
-    return str(obj)
-
-
-def _flat(d: dict[str, Any], keys: tuple[str, ...] | None = None) -> dict[str, object]:
-    return {k: v for k, v in d.items()
-            if (keys is None or k in keys) and isinstance(v, int | float | str)}
-
-
-def _bind_fails(a: PlaneAddr) -> bool:
-    with socket.socket(a.family, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind((a.host, a.port))
-        except OSError:
-            return True
-    return False
-
 
 
 def run_daemon(cfg: DaemonConfig, *, secret: bytes | None, log: Log,

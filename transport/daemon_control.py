@@ -14,6 +14,7 @@ import socket
 import stat
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,8 @@ from transport.aio import EndpointIO
 from transport.connection import Connection
 from transport.daemon_config import DaemonConfig, DaemonError
 from transport.daemon_log import Log, QlogSink
-from transport.daemon_peers import _Peer, _Pending
 from transport.endpoint import Endpoint
+from transport.hostcore import PeerState, PendingSend, SendRefused
 from transport.inbox import Inbox
 
 #: Messages and bytes a receive stream may hold unacknowledged (at least one
@@ -37,6 +38,22 @@ HANGUP_POLL = 0.25
 #: Control clients served at once; one more is told so and closed. Each holds at
 #: most a 2 x ``control.MAX_LINE`` read buffer and one request body being read.
 MAX_CLIENTS = 256
+
+
+@dataclass
+class _Pending(PendingSend):
+    """A message a control client queued: the client is told ``acked`` or ``error``."""
+
+    writer: asyncio.StreamWriter
+    req_id: object
+
+    def acked(self, msg_id: int, nbytes: int) -> None:
+        control.write(self.writer, {"event": "acked", "id": self.req_id, "msg_id": msg_id,
+                                    "bytes": nbytes})
+
+    def failed(self, msg_id: int, reason: str) -> None:
+        control.write(self.writer, {"event": "error", "id": self.req_id, "msg_id": msg_id,
+                                    "error": reason})
 
 
 @dataclass
@@ -55,27 +72,36 @@ class _RecvStream:
 
 
 class ControlServer:
-    """The control socket's half of ``transport.daemon.Daemon`` (a mixin)."""
+    """The control socket's half of ``transport.daemon.Daemon`` (a mixin over
+    ``transport.hostcore.HostCore``, which owns the peers and the inbox)."""
 
     cfg: DaemonConfig
     io: EndpointIO
     endpoint: Endpoint
     log: Log
     qlog: QlogSink | None
-    peers: dict[str, _Peer]
+    peers: dict[str, PeerState]
     inbox: Inbox
-    _inbox_owner: dict[tuple[str, int], deque[Connection]]
     inbox_bytes: int
     messages_requeued: int
     stopping: bool
-    _inbox_ready: asyncio.Event
+    inbox_ready: asyncio.Event
     _clients: set[asyncio.StreamWriter]
     _receivers: dict[asyncio.StreamWriter, _RecvStream]
 
     if TYPE_CHECKING:
-        async def _connection(self, name: str) -> Connection: ...
+        def check_peer(self, name: object) -> PeerState: ...
 
-        def _client_left(self, writer: asyncio.StreamWriter) -> None: ...
+        async def connection(self, name: str) -> Connection: ...
+
+        async def admit(self, name: str, size: int, *, gone: Callable[[], bool] | None = None,
+                        poll: float = 0.25) -> tuple[PeerState, Connection] | None: ...
+
+        def submit(self, p: PeerState, conn: Connection, pend: PendingSend) -> int: ...
+
+        def cancel_unstarted(self, mine: Callable[[PendingSend], bool]) -> int: ...
+
+        def release(self, peer: str, msg_id: int, data: bytes) -> None: ...
 
         def request_stop(self, why: str = "request") -> None: ...
 
@@ -106,22 +132,10 @@ class ControlServer:
             raise DaemonError(f"control socket {path} has mode {mode:04o}, expected 0600")
         return server
 
-    def _release(self, peer: str, msg_id: int, data: bytes) -> None:
-        """A message left the inbox for good: its connection gets the credit back."""
-        owners = self._inbox_owner.get((peer, msg_id))
-        if not owners:
-            return
-        conn = owners.popleft()
-        if not owners:
-            del self._inbox_owner[(peer, msg_id)]
-        if not conn.is_terminal:
-            conn.consume(len(data), self.io.now())
-            self.io.kick()
-
     def _has_receivers(self) -> bool:
         return bool(self._receivers)
 
-    def _handed_out(self) -> int:
+    def handed_out(self) -> int:
         """Messages written to receive streams and not acknowledged yet."""
         return sum(len(r.unacked) for r in self._receivers.values())
 
@@ -157,6 +171,14 @@ class ControlServer:
             self._client_left(writer)
             writer.close()
 
+    def _client_left(self, writer: asyncio.StreamWriter) -> None:
+        """A client that leaves takes back what it queued and that has not
+        started on the wire (``HostCore.cancel_unstarted``)."""
+        taken = self.cancel_unstarted(lambda pend: isinstance(pend, _Pending)
+                                      and pend.writer is writer)
+        if taken:
+            self.log("info", "client_left", cancelled_messages=taken)
+
     async def _request(self, msg: dict[str, Any], body: bytes | None,
                        writer: asyncio.StreamWriter) -> bool:
         cmd = msg.get("cmd")
@@ -168,39 +190,25 @@ class ControlServer:
 
         if cmd in ("send", "connect"):
             name = msg.get("peer")
-            if not isinstance(name, str) or name not in self.peers:
-                known = ", ".join(sorted(self.peers)) or "none"
-                return error(f"unknown peer {name!r} (configured peers: {known})")
-            if self.stopping:
-                return error("daemon is shutting down; not accepting new work")
-            p = self.peers[name]
-            if cmd == "send":
+            try:
+                self.check_peer(name)
+                assert isinstance(name, str)
+                if cmd == "connect":
+                    conn = await self.connection(name)
+                    control.write(writer, {"event": "connected", "id": rid, "peer": name,
+                                           "cid": conn.local_cid})
+                    return True
                 if body is None:
                     return error("send needs a body ('len' and the bytes)")
-                while p.unacked > 0 and p.unacked + len(body) > self.cfg.send_window:
-                    p.window.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(p.window.wait(), HANGUP_POLL)
-                    if _hung_up(writer):
-                        return False  # the client left while we held its request
-                if _hung_up(writer):
-                    return False  # queue nothing for a client that already left
-            try:
-                conn = await self._connection(name)
-            except ConnectionError as exc:
+                # Polls the client while its request waits for send window:
+                # queue nothing for a client that already left.
+                got = await self.admit(name, len(body), gone=lambda: _hung_up(writer),
+                                       poll=HANGUP_POLL)
+                if got is None:
+                    return False
+                msg_id = self.submit(*got, _Pending(len(body), body, writer, rid))
+            except (SendRefused, ConnectionError) as exc:
                 return error(str(exc))
-            if cmd == "connect":
-                control.write(writer, {"event": "connected", "id": rid, "peer": name,
-                                       "cid": conn.local_cid})
-                return True
-            assert body is not None
-            try:
-                msg_id = conn.send_message(body)
-            except (RuntimeError, ValueError) as exc:
-                return error(f"cannot send: {exc}")
-            p.pending[msg_id] = _Pending(writer, rid, len(body), body)
-            p.unacked += len(body)
-            self.io.kick()
             control.write(writer, {"event": "queued", "id": rid, "msg_id": msg_id})
             return True
         if cmd == "stats":
@@ -239,7 +247,7 @@ class ControlServer:
                 self.log("info", "receiver_left", requeued_messages=len(rs.unacked),
                          bytes=rs.unacked_bytes)
                 rs.unacked.clear()
-                self._inbox_ready.set()
+                self.inbox_ready.set()
 
     async def _read_acks(self, reader: asyncio.StreamReader, rs: _RecvStream) -> None:
         try:
@@ -254,15 +262,14 @@ class ControlServer:
                 while rs.unacked and rs.unacked[0][0] <= seq:
                     _, (peer, mid, data) = rs.unacked.popleft()
                     rs.unacked_bytes -= len(data)
-                    self.inbox_bytes -= len(data)
                     # Only a client's receipt frees the credit (back-pressure).
-                    self._release(peer, mid, data)
-                self._inbox_ready.set()
+                    self.release(peer, mid, data)
+                self.inbox_ready.set()
         except (control.ProtocolError, ConnectionError) as exc:
             control.write(rs.writer, {"event": "error", "error": str(exc)})
         finally:
             rs.gone = True
-            self._inbox_ready.set()
+            self.inbox_ready.set()
 
     async def _stream_inbox(self, rs: _RecvStream) -> None:
         writer = rs.writer
@@ -271,9 +278,9 @@ class ControlServer:
                 if self.stopping and not self.endpoint.connections and not rs.unacked \
                         and not self.inbox:
                     return
-                self._inbox_ready.clear()
+                self.inbox_ready.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._inbox_ready.wait(), 0.2)
+                    await asyncio.wait_for(self.inbox_ready.wait(), 0.2)
                 continue
             item = self.inbox.popleft()
             peer, mid, data = item

@@ -13,9 +13,9 @@ message is copied above the transport (``submit`` hands the caller's buffer
 to the connection: do not modify it until its future resolved; ``recv``
 returns the message the receiver assembled). Only one process can bind a
 host's planes: with a daemon running for the config, ``open`` fails and says
-so. The rules are the daemon's (``transport/hostcore.py``): at most
-``send_window`` unacknowledged bytes per peer (``submit`` waits for room:
-back-pressure, nothing dropped); delivered messages keep their credit until
+so. The rules are the daemon's, from the same code (``transport/hostcore.py``):
+at most ``send_window`` unacknowledged bytes per peer (``submit`` waits for
+room: back-pressure, nothing dropped); delivered messages keep their credit until
 ``recv`` takes them; a failed peer fails every pending future with the
 reason; a peer that restarted gets what it had not acknowledged again.
 
@@ -37,15 +37,9 @@ from typing import Any
 
 from transport.api import BraidError
 from transport.connection import Connection
-from transport.daemon import (
-    ConfigError,
-    DaemonConfig,
-    Log,
-    _bind_fails,
-    load_config,
-    load_secret,
-)
+from transport.daemon_config import ConfigError, DaemonConfig, load_config, load_secret
 from transport.daemon_control import _socket_alive
+from transport.daemon_log import Log
 from transport.endpoint import PeerKey
 from transport.events import Event, MessageAcked
 from transport.hostcore import HostCore, Reply, SendRefused
@@ -78,7 +72,7 @@ class LocalEndpoint:
         try:
             self.core.open(asyncio.get_running_loop())
         except OSError as exc:
-            bad = next((a for a in cfg.planes if _bind_fails(a)), cfg.planes[0])
+            bad = self.core.failing_plane()
             if exc.errno == errno.EADDRINUSE:
                 raise BraidError(f"a daemon already serves {cfg.name}'s planes (cannot bind "
                                  f"{bad}: address in use): use braid.connect() or stop "
@@ -112,7 +106,7 @@ class LocalEndpoint:
         if not self._opened:
             raise BraidError("not open")
         if self._closed:
-            raise BraidError(f"{self.cfg.name} is closing; not accepting new work")
+            raise BraidError(self.core.closing)
 
     def _event(self, conn: Connection, peer: PeerKey, ev: Event) -> None:
         if isinstance(ev, MessageAcked) and self.on_ack is not None:

@@ -237,9 +237,12 @@ def test_the_layer_check_sees_an_upward_import() -> None:
 
 #: ``transport.daemon`` and its parts, lowest first: each imports only parts
 #: before it (the configuration and the logs know nothing of peers or of the
-#: control socket; ``transport.daemon`` ties them together).
-DAEMON_PARTS = ("transport.daemon_config", "transport.daemon_log", "transport.daemon_peers",
-                "transport.daemon_control", "transport.daemon")
+#: control socket; ``transport.hostcore``, the host's rules, knows nothing of
+#: the control socket or the daemon; ``transport.daemon`` ties them together).
+#: The in-process endpoint, ``transport.local``, sits on the host's rules and
+#: above the daemon's parts (none of them imports it).
+DAEMON_PARTS = ("transport.daemon_config", "transport.daemon_log", "transport.hostcore",
+                "transport.daemon_control", "transport.daemon", "transport.local")
 
 
 def test_the_daemon_parts_import_only_downwards() -> None:
