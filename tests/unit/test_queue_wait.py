@@ -47,7 +47,12 @@ def test_histogram_quantiles_and_window() -> None:
 
 def test_endpoint_io_measures_how_long_datagrams_sat_in_the_socket() -> None:
     """Datagrams sent to a daemon's plane socket while its loop is busy wait
-    there; the kernel's stamps say how long."""
+    there; the kernel's stamps say how long.
+
+    The kernel turns receive timestamping on through deferred work after the
+    socket asks for it: until that has run, a datagram arrives unstamped and
+    is stamped when read (a wait of ~0). So the test first waits, bounded,
+    until a datagram held back 20 ms reads as held back, then measures."""
     port = _free_port()
 
     async def main() -> dict[str, object]:
@@ -56,15 +61,23 @@ def test_endpoint_io_measures_how_long_datagrams_sat_in_the_socket() -> None:
                         queue_wait=True)
         io.open()
         try:
-            assert io.planes[0].rx_timestamps
+            assert io.planes[0].rx_timestamps and io.queue_wait is not None
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                for _ in range(100):  # bounded: ~3 s at most
+                    s.sendto(b"\x01junk", ("127.0.0.1", port))
+                    time.sleep(0.02)
+                    await asyncio.sleep(0.01)
+                    if io.queue_wait.max >= 0.015:
+                        break
+                else:
+                    raise AssertionError("the kernel never stamped an arrival")
+                await asyncio.sleep(0.01)
+                before = QueueWait.from_summary(io.queue_wait.summary())
                 for _ in range(5):
                     s.sendto(b"\x01junk", ("127.0.0.1", port))
                 time.sleep(0.05)  # the loop is blocked: they wait in the queue
             await asyncio.sleep(0.05)  # now it reads them
-            stats = io.stats()["queue_wait"]
-            assert isinstance(stats, dict)
-            return stats
+            return io.queue_wait.since(before).summary()
         finally:
             io.close()
 
