@@ -1,4 +1,4 @@
-"""Issue 9, daemon side: client churn, hostile control input, key file modes,
+"""Daemon hardening: client churn, hostile control input, key file modes,
 Ctrl-C, abandoned sends, bounded close — against real daemon subprocesses on
 loopback (helpers from test_daemon)."""
 

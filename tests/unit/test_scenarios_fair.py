@@ -1,4 +1,4 @@
-"""Issue 13's fairness claim in the simulated fabric (virtual time).
+"""The fairness claim in the simulated fabric (virtual time).
 
 N senders into one host over two 100 Mbit/s planes whose shared spine port
 marks ECN above 16 KB, the daemon's connection config, one sender starting
