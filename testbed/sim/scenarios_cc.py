@@ -284,7 +284,7 @@ def scenario_app_limited(*, client: Client = "paced", loss: float = 0.01,
     ``outage``: at each of ``OUTAGE_TIMES`` every plane's switch ports drop
     everything for this long (all spines rebooting at once), so the tail-loss
     probes are lost too and the RTO fires and asks QuickAdapt (random loss
-    alone no longer does: the probes repair it). Default 0.1 s for the serial
+    alone does not: the probes repair it). Default 0.1 s for the serial
     client, whose window never binds, so every such request must be skipped;
     none for the paced one, whose queue fills during an outage until the
     window does bind (QuickAdapt may then act: the sender is not
