@@ -95,7 +95,7 @@ class CongestionController(Protocol):
         each packet takes its length from ``tokens``. Report what left with
         ``on_sent_run``, and call ``can_send`` when the window stopped the run
         (a controller may note that it was window-bound). Per packet this is
-        the decision of those three calls, without the calls (issue 14)."""
+        the decision of those three calls, without the calls."""
         ...
 
     def on_sent_run(self, *, now: float, sizes: list[int]) -> None:

@@ -13,8 +13,8 @@ egress queue:
   trim threshold is cut to its header, re-marked DSCP TRIMMED (or
   TRIMMED_LAST_HOP on a last-hop port) and queued as control. IP total length,
   IP checksum, UDP length and UDP checksum are rewritten, so an ordinary UDP
-  socket receives the header (real switches do not fix them; see
-  PROTOCOL-NOTES "Known pitfalls");
+  socket receives the header (real trimming switches do not fix them; the
+  testbed does, on purpose: docs/testbed.md);
 * CE marking of ECT packets while the data queue is above the ECN threshold;
 * faults: random loss, down (blackhole), per-direction (gray) settings.
 

@@ -39,7 +39,7 @@ LINK_KEYS = ("mtu", "element")
 ELEMENT_KINDS = ("ebpf", "userspace")
 LINK_CLASSES = ("host", "fabric")
 #: Link MTU when the topology does not say: 9000-byte (jumbo) frames, as AI
-#: fabrics run them (issue 14); ``mtu = 1500`` in [link] is the other option.
+#: fabrics run them; ``mtu = 1500`` in [link] is the other option.
 DEFAULT_LINK_MTU = 9000
 DIRECTIONS = ("up", "down")
 MAX_HOSTS = 200

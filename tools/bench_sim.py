@@ -1,6 +1,6 @@
-"""``braid bench sim``: the core's scenarios (a)–(j), issue 12's worst cases
-(k)–(n) and its congestion scenarios, and issue 13's invisibility row, in
-the simulated fabric.
+"""``braid bench sim``: the core's scenarios (a)–(j), the worst cases (k)–(n),
+the congestion scenarios and the claims' invisibility row, in the simulated
+fabric.
 
 The same runners the scenario tests assert on (testbed/sim/scenarios.py);
 virtual time, so the figures are deterministic and independent of this
@@ -35,7 +35,7 @@ HELP = ("scenarios a-n, the congestion scenarios and the invisibility row (all-t
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default="",
                         help="comma-separated scenario keys, e.g. a,c,k,jitter,taildrop,"
-                             "invisibility (k-n: issue 12's worst cases, each with both "
+                             "invisibility (k-n: the worst cases, each with both "
                              "clients; invisibility: 2 and 4 planes, each with a plot)")
     parser.add_argument("--spray-run", type=int, default=None, metavar="K",
                         help="spray granularity of every connection (packets in a row per "
@@ -65,7 +65,7 @@ def _scenarios(quick: bool) -> dict[str, tuple[str, Any]]:
 
 
 def _invisibility() -> dict[str, tuple[str, Any]]:
-    """Issue 13's invisibility row in virtual time (testbed/sim/scenarios_alltoall.py):
+    """The claims' invisibility row in virtual time (testbed/sim/scenarios_alltoall.py):
     fault-free, under the fault timeline, and on the fabric a dead plane leaves."""
     faults = ", ".join(what for *_, what in T.TIMELINE)
     return {
@@ -121,7 +121,7 @@ def _slow(recovered: dict[str, int]) -> int:
 
 
 def _worst_case() -> dict[str, tuple[str, Any]]:
-    """Issue 12's worst cases, each with both clients (one message in flight,
+    """The worst cases k-n, each with both clients (one message in flight,
     pipelined)."""
     out: dict[str, tuple[str, Any]] = {}
     for c in W.CLIENTS:
@@ -142,7 +142,7 @@ def _worst_case() -> dict[str, tuple[str, Any]]:
 
 
 def _cc_scenarios() -> dict[str, tuple[str, Any]]:
-    """Issue 12's congestion scenarios (testbed/sim/scenarios_cc.py), each with a
+    """The congestion scenarios (testbed/sim/scenarios_cc.py), each with a
     one-message-at-a-time and a pipelined (or paced) client."""
 
     def both(fn: Any, clients: tuple[str, ...], **kw: Any) -> Any:
@@ -158,25 +158,25 @@ def _cc_scenarios() -> dict[str, tuple[str, Any]]:
                          both(C.scenario_taildrop, sp, plane_rate=1.25e9)),
         "incast4": ("4-to-1, 64 KB tail-drop buffers, 0.5 s; loss as mark on",
                     both(C.scenario_taildrop, sp, senders=4, buffer=64 << 10, duration=0.5)),
-        # Pipelined only: its serial run hangs the simulator at a fixed virtual
-        # time in the EV timer (issue 12 item 8, fixed separately).
-        "incast4-uec": ("same, loss as mark off (UEC as specified), pipelined",
-                        both(C.scenario_taildrop, ("pipelined",), senders=4,
-                             buffer=64 << 10, duration=0.5, loss_as_mark=False)),
+        # Pipelined only: the row sets incast4's pipelined client against the
+        # same run without the deviation.
+        "incast4-no-loss-mark": ("same, without loss-as-mark (deviation 1 off), pipelined",
+                                 both(C.scenario_taildrop, ("pipelined",), senders=4,
+                                      buffer=64 << 10, duration=0.5, loss_as_mark=False)),
         "applimited": ("app-limited sender, 1% random loss, 16 KiB messages",
                        both(C.scenario_app_limited, ("serial", "paced"))),
-        # Issue 13 (session 12): the claims compound row on a busy host.
+        # The claims compound row on a busy host.
         "compound-busy": ("claims fabric, 3 ms host jitter; at 0.5 s plane 0 dies, plane 1 "
                           "loses 30% of the data", both(C.scenario_busy_compound, ("pipelined",))),
-        "compound-busy-uec": ("same, loss as mark off",
-                              both(C.scenario_busy_compound, ("pipelined",),
-                                   loss_as_mark=False)),
+        "compound-busy-no-loss-mark": ("same, without loss-as-mark (deviation 1 off)",
+                                       both(C.scenario_busy_compound, ("pipelined",),
+                                            loss_as_mark=False)),
     }
 
 
 def _incast_busy() -> dict[str, Any]:
-    """Issue 13 (session 15): the claims incast at 25 Mbit/s per plane, 8 x 64
-    KiB bursts, every host's sends 0-3 ms late; seeds 24-26, 16 bursts each.
+    """The claims incast at 25 Mbit/s per plane, 8 x 64 KiB bursts, every
+    host's sends 0-3 ms late; seeds 24-26, 16 bursts each.
     The fabric drops nothing, so every loss declared is spurious."""
     runs = [C.scenario_incast_bursts(bursts=16, jitter=3e-3, plane_rate=3.125e6,
                                      size=64 << 10, seed=seed) for seed in (24, 25, 26)]

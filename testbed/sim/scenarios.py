@@ -198,7 +198,7 @@ def max_delivery_gap(times: list[float], start: float, end: float) -> float:
     return max((b - a for a, b in itertools.pairwise(pts)), default=0.0)
 
 
-# -- the scenarios ---------------------------------------------------------
+# -- scenarios a-j -----------------------------------------------------------------
 # Each returns a plain dict of figures; tests assert on them, the bench prints them.
 
 #: Bytes of header around each payload on the wire (IPv6+UDP, DATA header+tag, AEAD tag).

@@ -1,4 +1,4 @@
-"""The claims bench's invisibility row in virtual time (issue 13).
+"""The claims bench's invisibility row in virtual time.
 
 Four hosts run the row's all-to-all step loop over the claims fabric (2
 planes x 2 spines at 100 Mbit/s, 256 KB buffers, spine ports marking ECN

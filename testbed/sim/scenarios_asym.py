@@ -1,4 +1,4 @@
-"""Asymmetric planes (issue 13): one connection over two unequal planes.
+"""Asymmetric planes: one connection over two unequal planes.
 
 The claims bench's ``asymmetric`` row in virtual time, on a fabric shaped
 like the claims testbed (100 Mbit/s planes, 256 KB buffers, ECN and trimming

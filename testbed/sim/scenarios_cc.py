@@ -1,4 +1,4 @@
-"""Congestion-control scenarios (issue 12): the worst cases of NSCC on a
+"""Congestion-control scenarios: the worst cases of NSCC on a
 software-host fabric, each with a one-message-at-a-time and a pipelined client.
 
 - ``scenario_jitter``: 0-3 ms of per-packet delay jitter, no loss, no queue:
@@ -222,8 +222,8 @@ def scenario_taildrop(*, client: Client = "pipelined", plane_rate: float | None 
     """``senders`` hosts to one receiver over ``TAILDROP_TOPOLOGY``: the planes'
     switch ports are the bottleneck and tail-drop. ``plane_rate`` is what the
     connection is told; by default what the testbed hands the daemon
-    (testbed.topology.connection_plane_rate). Before issue 12 the daemon kept
-    its default, 1.25e9 B/s: 100x too high. ``loss_as_mark`` False turns off
+    (testbed.topology.connection_plane_rate); the daemon's default, 1.25e9 B/s,
+    is 100x too high here. ``loss_as_mark`` False turns off
     Braid's deviation from UEC (docs/congestion.md) for comparison."""
     topo = topology.load(TAILDROP_TOPOLOGY)
     rate = topology.plane_bottleneck_rate(topo, 0)
@@ -251,7 +251,7 @@ def scenario_busy_compound(*, client: Client = "pipelined", jitter: float = 3e-3
     survivor comes with that delay and turns on deviation 1 (delay as the
     mark: docs/congestion.md); the host's delay, up to 3 ms against the 2 ms
     target, then cuts the window, and QuickAdapt, on each later random loss,
-    ratchets it to its floor (issue 13, session 12: longest pause between
+    ratchets it to its floor (longest pause between
     messages 101 ms median over seeds 1-12, 191 ms worst; with
     ``loss_as_mark`` False 35 / 58 ms; docs/benchmarks.md)."""
     fab = claims_fabric(("a", "b"), seed=seed, jitter=jitter)
@@ -284,7 +284,7 @@ def scenario_app_limited(*, client: Client = "paced", loss: float = 0.01,
     ``outage``: at each of ``OUTAGE_TIMES`` every plane's switch ports drop
     everything for this long (all spines rebooting at once), so the tail-loss
     probes are lost too and the RTO fires and asks QuickAdapt (random loss
-    alone no longer does: the probes repair it). Default 0.1 s for the serial
+    alone does not: the probes repair it). Default 0.1 s for the serial
     client, whose window never binds, so every such request must be skipped;
     none for the paced one, whose queue fills during an outage until the
     window does bind (QuickAdapt may then act: the sender is not

@@ -1,4 +1,4 @@
-"""Fairness in virtual time (issue 13): ``n`` senders into one host over two
+"""Fairness in virtual time: ``n`` senders into one host over two
 100 Mbit/s planes (the claims fabric's rates; one switch per plane whose
 spine port marks ECN above 16 KB and whose last hop trims above 32 KB;
 with ``bottleneck="last-hop"`` the spine ports run at twice the rate, as two

@@ -1,4 +1,4 @@
-"""The claims bench's invisibility faults in virtual time (issue 13).
+"""The claims bench's invisibility faults in virtual time.
 
 ``scenario_spine_reboot``: two hosts run a synchronous step loop in both
 directions (a 128 KiB message each way, the next one 1 ms after the last is

@@ -1,4 +1,4 @@
-"""The core's worst case (issue 12, liveness half): scenarios k–n.
+"""The core's worst case for liveness: scenarios k–n.
 
 Each scenario runs with two clients, because liveness must not depend on
 traffic volume: ``one`` keeps one message in flight (the natural loop over

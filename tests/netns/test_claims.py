@@ -91,7 +91,7 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
         fa = data["rows"]["fairness"]["per_stack"][stack]["n=2"]
         assert len(fa["newcomer_share_ms"]) == 1, fa
         assert fa["newcomer_share_worst_ms"] is None or fa["newcomer_share_worst_ms"] > 0, fa
-    # issue 13's fault figures: the link-down failover for every stack, when
+    # the fault figures: the link-down failover for every stack, when
     # Braid parked plane 0 (relative to the fault), the stall limit, and the
     # compound fault with CE marks instead of loss on the survivor (eBPF ports)
     fo, co = data["rows"]["failover"]["per_stack"], data["rows"]["compound"]["per_stack"]

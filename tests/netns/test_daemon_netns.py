@@ -23,7 +23,7 @@ from wire.keys import new_cluster_key, write_key_file
 pytestmark = pytest.mark.netns
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
-#: Transfer size: the issue's acceptance test is 1 GiB (~25 s here, see docs/daemon.md).
+#: Transfer size: the full acceptance test is 1 GiB (~25 s here, see docs/daemon.md).
 SIZE = os.environ.get("BRAID_NETNS_SIZE", "1GiB")
 
 

@@ -66,7 +66,7 @@ def test_demo_quick(tmp_path: Path, unique_name: str) -> None:
     el = w["element_packets_to_receiver"]
     others = sum(v for p, v in el.items() if p != "2")
     # Load-independent: shares, not counts (a busy machine sends fewer packets in
-    # the same window; it used to fail 'others > 1000' with 654). The transfer ran
+    # the same window, so a fixed count fails under load). The transfer ran
     # through the window and plane 2 carried ~nothing of what crossed the fabric.
     assert w["measured_to"] > w["measured_from"], w
     assert rep["transfer"]["first_byte_at"] < w["measured_from"], (rep["transfer"], w)

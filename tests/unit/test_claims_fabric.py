@@ -1,7 +1,7 @@
 """The claims orchestrator's side of a worker run (tools/claims/fabric.py),
 without namespaces: results come through a file, and a worker that gives no
-result is reported with the reason (issue 13: the n=8 fairness run ended with
-"h0: worker gave no result" and nothing else)."""
+result is reported with the reason (exit code, last stderr line), not just
+"h0: worker gave no result"."""
 
 from __future__ import annotations
 

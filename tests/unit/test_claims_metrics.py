@@ -156,7 +156,7 @@ def test_the_fabric_takes_a_plane_count_and_rate_within_bounds() -> None:
 
 def test_capacities_follow_the_fabric_mtu() -> None:
     """Every stack fills a bigger frame with more payload; the capacity a row
-    divides by must follow, or a jumbo sitting would flatter every ratio."""
+    divides by must follow, or a jumbo run would flatter every ratio."""
     from tools.claims import fabric as cf
     from tools.claims.rows import eff, plane_cap_bps
     from tools.errors import UserError
@@ -250,12 +250,12 @@ def test_incast_controls_are_tabled_and_named_in_the_targets() -> None:
     # the verdict is Braid's own run's; the controls only say what the host took
     assert target[-1] == "NOT met"
     assert "victim over kernel TCP 0.97" in target[2] and "no victim 1.14x, 0 RTOs" in target[2]
-    del data["rows"]["incast"]["controls"]  # a sitting from before the controls
+    del data["rows"]["incast"]["controls"]  # a result without the controls
     target = next(t for t in report.targets(data) if t[0].startswith("incast"))
     assert "controls" not in target[2]
 
 
-def test_newcomer_target_is_judged_by_arrivals_and_old_sittings_by_windows() -> None:
+def test_newcomer_target_is_judged_by_arrivals_or_else_by_windows() -> None:
     from tools.claims import report
 
     def n(share: float | None, windows: float) -> dict[str, object]:
@@ -276,7 +276,7 @@ def test_newcomer_target_is_judged_by_arrivals_and_old_sittings_by_windows() -> 
     assert t[-1] == "met" and "120 ms by message arrivals" in t[1] and "30 srtt" in t[1]
     rows = [r for _t, _h, rs in report.tables(data) for r in rs]
     assert rows[1][4:8] == ["120", "30.0", "220", "55.0"]
-    # an old sitting has only the windows' figure: judged on it, and says so
+    # a result with only the windows' figure: judged on it, and says so
     data = {"rows": {"fairness": {"per_stack": {
         "braid": {"n=2": n(None, 100.0), "n=4": n(None, 220.0)}}}}}
     t = target(data)
@@ -324,7 +324,7 @@ def test_the_compound_park_is_judged_in_the_srtt_of_the_moment_the_plane_went_si
     stall = t["compound: no stall longer than 10 srtt + one probe interval"]
     # judged on the timed stall (16.7 ms > 14), not on the one empty bin (10 ms)
     assert stall[-1] == "NOT met" and stall[1].startswith("16.7 ms")
-    # a sitting from before: the park in the srtt logged with it, the stall in bins
+    # a result without those figures: the park in the srtt logged with it, the stall in bins
     old = {k: v for k, v in new.items() if k not in ("srtt_silent_ms",
                                                       "parked_after_srtt_at_park")}
     data = {"rows": {"compound": {"per_stack": {"braid": row(old, None)}}}}

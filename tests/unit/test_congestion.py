@@ -229,7 +229,7 @@ def test_quick_adapt_only_below_the_gate() -> None:
 
 
 def test_quick_adapt_is_skipped_when_application_limited() -> None:
-    # Issue 12 item 2: the sender never filled the window, so what came back
+    # The sender never filled the window, so what came back
     # in the last period measures the application, not the network.
     c = make()
     ack(c, 0.0095, BASE, in_flight=MTU)
@@ -240,7 +240,7 @@ def test_quick_adapt_is_skipped_when_application_limited() -> None:
 
 
 def test_quick_adapt_after_a_stall_stops_at_the_floor_not_one_packet() -> None:
-    # Issue 12 item 2: a stalled period (every packet on a dead plane)
+    # A stalled period (every packet on a dead plane)
     # delivers nothing; the window must not become one packet.
     c = make(target_delay=2e-3)
     block(c)
@@ -259,7 +259,7 @@ def test_quick_adapt_does_not_grow_the_window() -> None:
 
 
 def test_quick_adapt_on_sustained_delay_but_not_on_one_late_packet() -> None:
-    # Issue 12 item 3: one 5 ms sample (scheduling noise) is not a 5 ms queue.
+    # One 5 ms sample (scheduling noise) is not a 5 ms queue.
     c = make()
     ack(c, 0.0, BASE, acked=100)
     block(c)
@@ -278,10 +278,10 @@ def test_quick_adapt_on_sustained_delay_but_not_on_one_late_packet() -> None:
 
 
 def test_no_quick_adapt_on_delay_behind_a_trimming_last_hop() -> None:
-    """Deviation 7 (issue 13, the incast at 25 Mbit/s a plane): a last hop
+    """Deviation 7 (the claims incast at 25 Mbit/s a plane): a last hop
     that trims at 32 KB holds a 10 ms queue at that rate, above QuickAdapt's
-    8 ms, and a flow whose few ACKs came in late was cut to one packet and
-    starved for the rest of the burst (p100 1.27x). Within ``trim_qa_rtts``
+    8 ms, and a flow whose few ACKs came in late would be cut to one packet
+    and starve for the rest of the burst. Within ``trim_qa_rtts``
     RTTs of a last-hop trim the delay trigger stays quiet; a loss still
     adapts; a fabric trim, or a last hop quiet for long, leaves UEC's rule."""
 
@@ -368,10 +368,10 @@ def _noisy_host(c: Nscc, rtts: int, *, t: float = 0.0, loss_every: int = 0) -> f
 
 
 def test_a_loss_within_the_delay_a_busy_host_carries_is_not_congestion() -> None:
-    # Issue 13 (the claims incast's victim): a host whose scheduling delay sits
+    # The claims incast's victim: a host whose scheduling delay sits
     # above the target and a random loss. The path carried up to 1.2 ms for 20
-    # RTTs without loss; a loss at 0.9 ms is not a queue overflowing (before:
-    # delay became the mark, and every RTT cut the window).
+    # RTTs without loss; a loss at 0.9 ms is not a queue overflowing, so delay
+    # does not become the mark (which would cut the window every RTT).
     c = make(probe_gain=0.0)
     t = _noisy_host(c, 20)
     c.on_loss(now=t, lost_bytes=MTU)
@@ -442,8 +442,8 @@ def test_trim_nack_subtracts_and_never_below_min() -> None:
 
 
 def test_last_hop_trims_cut_once_per_rtt_and_time_the_path_without_its_queue() -> None:
-    """Deviation 6 (issue 13, fairness behind a trimming last hop that does
-    not mark). With the queue pinned at the trim threshold every flow's trims
+    """Deviation 6 (fairness behind a trimming last hop that does not
+    mark). With the queue pinned at the trim threshold every flow's trims
     equal its additive increase whatever its rate, so subtracting them keeps
     any split of the bottleneck; a cut by a factor, once per RTT, converges."""
     c = make()
@@ -631,8 +631,8 @@ def _rounds(c: Nscc, t: float, rounds: int, mark_every: int, delay: float) -> fl
 
 def test_sparse_marks_cut_little_and_a_marked_bottleneck_cuts_as_uec() -> None:
     """A newcomer whose path crosses a fabric link that marks a burst now and
-    then, beside a shared bottleneck that does not mark, was halved every RTT
-    while a flow on an unmarked path never was (issue 13: 10:1 shares)."""
+    then, beside a shared bottleneck that does not mark, must not be halved
+    every RTT while a flow on an unmarked path never is (10:1 shares)."""
     cuts = {}
     for gain, every in ((0.5, 0), (0.5, 1), (0.0, 0)):
         # (deviation 5 off: with it, everything marked cuts by the fraction, below)
@@ -667,7 +667,7 @@ def test_mark_fraction_does_not_soften_delay_as_the_mark() -> None:
 
 
 def test_sparse_marks_below_target_hold_and_pervasive_marks_cut_whatever_the_delay() -> None:
-    """Deviation 5 (issue 13, fairness): marks on a large fraction of the
+    """Deviation 5 (fairness): marks on a large fraction of the
     traffic are a queue this connection shares; its own delay reading (a base
     RTT measured through a standing queue, host noise) does not decide."""
     # Sparse marks (3 ACKs in 10, below pervasive_marks 0.4) below target:

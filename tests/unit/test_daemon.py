@@ -288,9 +288,9 @@ def test_qlog_records_events(tmp_path: Path) -> None:
 def test_message_not_lost_to_a_receive_client_that_went_away(
         daemons: tuple[Host, Host]) -> None:
     """A recv client that disconnects must not swallow the next messages: the
-    daemon used to pop them from its inbox and write them to the dead stream
-    (found by `braid bench claims`: a second run on the same daemons lost its
-    first message and its collective never finished)."""
+    daemon must not pop them from its inbox and write them to the dead stream
+    (a second run on the same daemons would lose its first message and its
+    collective never finish)."""
     a, b = daemons
 
     async def main() -> list[bytes]:

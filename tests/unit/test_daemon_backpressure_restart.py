@@ -1,4 +1,4 @@
-"""Issue 9 against real ``braid daemon`` processes on loopback: a full inbox
+"""Backpressure and restarts against real ``braid daemon`` processes on loopback: a full inbox
 withholds credit instead of dropping, and a restarted receiving daemon is
 noticed and every unacknowledged message re-sent."""
 

@@ -1,4 +1,4 @@
-"""Issue 9, daemon side: client churn, hostile control input, key file modes,
+"""Daemon hardening: client churn, hostile control input, key file modes,
 Ctrl-C, abandoned sends, bounded close — against real daemon subprocesses on
 loopback (helpers from test_daemon)."""
 
@@ -240,7 +240,7 @@ def test_close_is_bounded_when_the_daemon_reads_nothing(tmp_path: Path) -> None:
             await asyncio.sleep(0.2)
             assert not stuck.done()  # blocked on a full socket buffer
             stuck.cancel()
-            await asyncio.wait_for(client.close(), 60)  # used to block for ever
+            await asyncio.wait_for(client.close(), 60)  # must not block for ever
             return True
         finally:
             for w in held:

@@ -47,7 +47,7 @@ def test_slow_start_and_fault_stalls_are_reported_apart() -> None:
     assert st["slow_start"]["seconds"] >= 0.75 and st["slow_start"]["starts_at"] < 1.0
     assert st["during_faults"]["seconds"] == pytest.approx(1.0, abs=0.26)
     assert 2.9 <= st["during_faults"]["starts_at"] <= 3.25
-    # the headline stall is the fault's, not slow start's (it used to be t=0.25 s)
+    # the headline stall is the fault's, not slow start's (t=0.25 s)
     assert rep["longest_stall_starts_at"] == st["during_faults"]["starts_at"]
     assert rep["longest_gap_starts_at"] is not None and rep["longest_gap_starts_at"] >= 2.9
     # 'before faults' goodput leaves slow start out: ~10 MiB/s, not diluted by it

@@ -212,7 +212,7 @@ def test_first_data_packet_on_each_plane_asks_for_an_immediate_ack() -> None:
 def test_flush_acks_sends_the_sack_a_short_ack_delay_holds_back(delay: float) -> None:
     # The I/O layer calls flush_acks once it has read its sockets to the end:
     # a SACK waiting for the ACK delay goes out then, not after a timer wakeup
-    # (issue 14: a 20 us ACK delay is below an event loop's timer resolution).
+    # (a 20 us ACK delay is below an event loop's timer resolution).
     # A long ACK delay is a coalescing window: the flush leaves it alone.
     from dataclasses import replace
 

@@ -1,5 +1,5 @@
-"""Regression tests of issue 9 (transport and endpoint half): each failed on
-the code before its fix. Sans-I/O pairs in virtual time (tests/unit/duplex.py)."""
+"""Transport and endpoint hardening: each test is a defect that must not
+come back. Sans-I/O pairs in virtual time (tests/unit/duplex.py)."""
 
 from __future__ import annotations
 

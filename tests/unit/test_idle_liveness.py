@@ -1,13 +1,13 @@
 """A connection that was idle for longer than ``idle_fail_timeout`` must carry
-the next message, not fail on it (found by `braid bench claims`: 35 of its
-Braid runs in one sitting hit this on their first send; see docs/claims.md).
+the next message, not fail on it (`braid bench claims` warms up every
+connection and counts the sends that hit this: docs/claims.md).
 
 The liveness clock (``Sender.last_progress``) only advances on acknowledgements,
 so after idleness the first queued message finds it ``idle_fail_timeout``
 old and the connection fails with "no acknowledgement for N s" at its next
-timer, although the peer is alive. Fixed by issue 9 (defect 1): "no
-progress" counts only time with something outstanding, and new data into an
-empty pipeline restarts the clock.
+timer, although the peer is alive, unless "no progress" counts only time
+with something outstanding and new data into an empty pipeline restarts the
+clock, as it does.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The daemon's inbox serves peers round robin (transport/inbox.py), unit and
-against real ``braid daemon`` processes on loopback (issue 13, fairness)."""
+against real ``braid daemon`` processes on loopback (the claims' fairness row)."""
 
 from __future__ import annotations
 

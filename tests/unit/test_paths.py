@@ -290,7 +290,7 @@ def test_plane_parked_after_silence_with_losses_on_distinct_evs() -> None:
 
 
 def test_a_park_logs_the_srtt_of_the_moment_the_plane_went_silent() -> None:
-    # Issue 13's compound fault: the survivor's loss drains its queue, so the
+    # The claims compound fault: the survivor's loss drains its queue, so the
     # connection's srtt falls while the dead plane is silent. The park logs
     # the srtt at the park and the one of the plane's last answer.
     p = SprayPolicy(base_rtt=RTT, plane_loss_evs=4)
@@ -341,7 +341,7 @@ def test_none_when_nothing_usable() -> None:
     for ev in p.evs:
         p.ev_set.on_loss(ev, 0.0)
     assert p.next_ev(0.0) is None
-    # The last live plane is parked only after a probe failed (issue 12).
+    # The last live plane is parked only after a probe failed.
     assert p.parked_planes() == [0]
     probes = p.ev_set.due_probes(0.0)
     # Plane 1 is probed; so is the parked plane 0 at once (it may be the

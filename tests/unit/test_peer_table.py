@@ -1,4 +1,4 @@
-"""Issue 9 defect 5: no state per unauthenticated source address."""
+"""No state per unauthenticated source address."""
 
 from __future__ import annotations
 

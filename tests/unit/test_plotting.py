@@ -18,7 +18,7 @@ def test_demo_timeline_lanes() -> None:
               (7.0, "link h0:p0 flap 200ms for 1s"), (9.0, "plane 2 up"),
               (9.0, "link h1:p1 heal"), (9.0, "link h3:p3 heal")]
     lanes = dict(fault_lanes(events, end=16.0))
-    # the three faults that fire at 9 s used to stack their tags on one spot; now
+    # the three faults that fire at 9 s must not stack their tags on one spot:
     # each target has its own row and its bar ends there
     assert list(lanes) == ["plane 2", "spine s1 plane 0", "link h1:p1", "link h3:p3",
                            "link h0:p0"]

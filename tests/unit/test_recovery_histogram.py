@@ -1,7 +1,7 @@
-"""How long resent packets took, first send to ack (issue 13, session 13).
+"""How long resent packets took, first send to ack.
 
 The lossy compound row's stall is the slowest packet's rounds of loss and
-resend (docs/claims.md, Session 13); the sender now keeps a histogram of
+resend (docs/decisions/0002-twin-resends.md); the sender keeps a histogram of
 that time for every packet it had to resend, and the slowest, so the tail
 shows in `braid stats` and in the claims JSON without a qlog.
 """

@@ -1,4 +1,4 @@
-"""An RTT sample from a SACK whose echo names an older copy (issue 13).
+"""An RTT sample from a SACK whose echo names an older copy.
 
 A flow that joined behind a standing queue (fairness at 25 Mbit/s, eight
 flows) kept an srtt of 3 ms against a 10 ms queue: its tail-loss probe fired

@@ -1,4 +1,4 @@
-"""The connection core in the simulated fabric: the issue's scenarios a–i.
+"""The connection core in the simulated fabric: scenarios a–i.
 
 Each test asserts on a figure the scenario measures (see testbed/sim/scenarios.py,
 shared with ``braid bench sim``). Virtual time only: deterministic and seeded.

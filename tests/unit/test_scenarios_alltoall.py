@@ -1,4 +1,4 @@
-"""The claims bench's invisibility row in virtual time (issue 13):
+"""The claims bench's invisibility row in virtual time:
 testbed/sim/scenarios_alltoall.py, reported by ``braid bench sim``
 (``invisibility``, ``invisibility-4p``). Virtual time: deterministic."""
 

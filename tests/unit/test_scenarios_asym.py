@@ -1,4 +1,4 @@
-"""Asymmetric planes (issue 13), in virtual time: one plane at half rate, or
+"""Asymmetric planes, in virtual time: one plane at half rate, or
 with 4x the other's RTT; goodput must reach 0.9 of the sum of the planes'
 capacities (MPTCP's per-subflow windows reach it on the real testbed). An
 even spray over planes gets 0.67 and 0.45 here."""

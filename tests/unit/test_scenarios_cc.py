@@ -1,4 +1,4 @@
-"""Issue 12's congestion-control scenarios in the simulated fabric (virtual time).
+"""The congestion-control scenarios in the simulated fabric (virtual time).
 
 Each scenario runs the daemon's connection config on a software-host fabric
 with a one-message-at-a-time (``serial``) and a pipelined client; the
@@ -21,7 +21,7 @@ from testbed.sim import scenarios_cc as C
 
 @pytest.mark.parametrize("client", ["serial", "pipelined"])
 def test_jitter_3ms_no_loss_is_not_congestion(client: C.Client) -> None:
-    # Before: 3 empty 10 ms bins (serial) and 0.61 of capacity (pipelined).
+    # Delay noise is not congestion: no empty 10 ms bin, the pipe kept full.
     r = C.scenario_jitter(client=client)
     assert not r["failed"]
     assert r["empty_bins"] == 0, r
@@ -91,11 +91,10 @@ def test_demo_daemon_config_carries_the_topology_plane_rate(tmp_path: Path) -> N
 def test_loss_as_mark_deviation_on_a_non_marking_incast() -> None:
     # Braid's deviation from UEC (docs/congestion.md): four pipelined senders
     # into one receiver over 64 KB tail-drop buffers. With delay as the mark
-    # after a congestive loss: 1.1% drops; UEC as specified: 38%. (2.7% with
-    # the daemon's spray runs of 8 and ACKs every 32 while a plane's base RTT
-    # came from its first ACKed packet, sent behind the initial windows; 0.7%
-    # before issue 12's liveness probes joined it — the 1% target of issue 12
-    # is the single-sender tail-drop bottleneck, `taildrop` above, at 0%.)
+    # after a congestive loss: 1.1% drops; without it: 38%. (Each plane's
+    # first DATA asks for an immediate ACK so its base RTT is not read behind
+    # the initial windows. The 1% drop target is the single-sender tail-drop
+    # bottleneck, `taildrop` above, at 0%.)
     kw: dict[str, Any] = {"client": "pipelined", "senders": 4, "buffer": 64 << 10,
                           "duration": 0.5}
     on = C.scenario_taildrop(**kw)
@@ -108,14 +107,13 @@ def test_loss_as_mark_deviation_on_a_non_marking_incast() -> None:
 
 @pytest.mark.parametrize(("jitter", "p100_limit"), [(0.0, 1.05), (3e-3, 1.25)])
 def test_incast_bursts_of_the_claims_row(jitter: float, p100_limit: float) -> None:
-    # The claims bench's incast row in virtual time (issue 13): 8 x 256 KiB
+    # The claims bench's incast row in virtual time: 8 x 256 KiB
     # synchronised bursts into one host over two trimming 100 Mbit/s planes,
     # daemon connection config. ``jitter`` is a busy host's event loop (every
-    # host's sends late by 0-3 ms): the real row's 1.2 x ideal. Before spray
-    # runs were cut at the end of a burst (transport/paths.py), a run of 8
-    # carried over several ACKs pinned a small window to one plane, one last
-    # hop idled while the other trimmed: p100 1.057 without jitter, 1.357
-    # with (now 1.035 and 1.207).
+    # host's sends late by 0-3 ms): the real row's 1.2 x ideal. A spray run
+    # ends with its burst (transport/paths.py): a run of 8 carried over
+    # several ACKs would pin a small window to one plane, one last hop idling
+    # while the other trims.
     r = C.scenario_incast_bursts(bursts=6, jitter=jitter)
     assert not r["failed"] and r["bursts"] == 6, r
     assert r["rtos"] == 0, r
@@ -131,7 +129,7 @@ def _quarter_rate_incast() -> dict[str, Any]:
 
 
 def test_incast_bursts_at_a_quarter_rate_keep_quick_adapt_for_collapses() -> None:
-    # The claims incast at --rate 25 (issue 13): the last hop's 32 KB trim
+    # The claims incast at --rate 25: the last hop's 32 KB trim
     # threshold is a 10.5 ms queue at 25 Mbit/s, above QuickAdapt's 8 ms
     # (4 x the 2 ms target). On delay alone QuickAdapt cut whichever flow's
     # few ACKs came in late to one packet, and it finished last: 34
@@ -145,7 +143,7 @@ def test_incast_bursts_at_a_quarter_rate_keep_quick_adapt_for_collapses() -> Non
 
 
 def test_incast_bursts_a_late_copy_does_not_starve_its_sender() -> None:
-    # The same incast (issue 13, session 15). The fabric drops nothing (the
+    # The same incast. The fabric drops nothing (the
     # last hops trim), so every loss the senders declare by time is a copy
     # only late behind the busy hosts' 0-3 ms: 29 in 12 bursts, all of them
     # acknowledged after all. Seven of them had QuickAdapt cut a sender (six
@@ -159,11 +157,11 @@ def test_incast_bursts_a_late_copy_does_not_starve_its_sender() -> None:
     assert r["p50"] <= 1.09, r
 
 def test_victim_stream_beside_the_incast_bursts_on_busy_hosts() -> None:
-    # The claims incast's victim in virtual time (issue 13): a pipelined
+    # The claims incast's victim in virtual time: a pipelined
     # stream from host v into the incast's receiver (same spine ports, same
     # last hop) while 8 senders burst into it; every host's sends 0-3 ms late.
-    # Alone, the stream used to lose its window to deviation 1 (a loss on the
-    # busy host taken for a tail drop): 0.15 of capacity (3.4 MB/s), now 0.77.
+    # Alone, the stream keeps its window (a loss on the busy host is not taken
+    # for a tail drop by deviation 1): 0.77 of capacity.
     # Beside the incast it shares the last hop with 8 others: 0.27 of its
     # alone goodput, above a fair share (0.12); 0.8 is not a fair target for
     # a stream sharing the bottleneck (the claims row's victim goes to
@@ -179,16 +177,13 @@ def test_busy_host_with_random_loss_keeps_its_stream(seed: int) -> None:
     # The claims incast's victim stream, in virtual time: a pipelined stream
     # on an idle fabric, its host's sends 0-8 ms late (a loaded event loop,
     # the victim's srtt was 8.8 ms during the incast), 0.1% random loss on the
-    # planes (not congestion). Before (issue 13): a loss with that "queueing"
-    # behind it made delay above target the mark, and every RTT cut the
-    # window: 0.04 of capacity (229 MDs in 2 s) against 0.78 without the loss
-    # (seed 24: 0.04). In the real row the victim alone ran 320-473 MDs in 4 s
-    # with the deviation on, and its ratio split by whether an ECN mark (leaf
-    # uplinks) switched it off: 0.08-0.50 with it on, 0.61-1.38 off (7
-    # sittings, docs/claims.md). Now a loss counts only with more delay than
-    # the path carried without loss: no MD, 0.54 (seed 24: 0.72; the rest of
-    # the gap to 0.78 is the window cap, BDP from the smallest RTT the jitter
-    # let through: 1.8 ms here, 3.8 ms in the lossless run).
+    # planes (not congestion). A loss with that "queueing" behind it must
+    # not make delay above target the mark, or every RTT cuts the window
+    # (0.04 of capacity against 0.78 without the loss). A loss counts only
+    # with more delay than the path carried without loss: no MD, 0.54
+    # (seed 24: 0.72; the rest of the gap to 0.78 is the window cap, BDP
+    # from the smallest RTT the jitter let through: 1.8 ms here, 3.8 ms in
+    # the lossless run).
     fab = C.testbed_fabric(jitter=8e-3, loss=0.001, seed=seed)
     cfg = C.host_config(fab, plane_rate=C.PLANE_RATE, seed=seed)
     r = C.run_client(fab, cfg, client="pipelined", duration=2.0)
@@ -198,13 +193,13 @@ def test_busy_host_with_random_loss_keeps_its_stream(seed: int) -> None:
 
 
 def test_busy_compound_reproduces_loss_as_mark_on_heavy_random_loss() -> None:
-    # Issue 13, session 12: the claims compound row on a busy host (0-3 ms
+    # The claims compound row on a busy host (0-3 ms
     # host jitter; plane 0 dies and plane 1's last hop loses 30% of the
     # data). The stream has seen no mark or trim before the fault; a random
     # loss in the queue its window builds on the survivor turns delay-as-
     # the-mark on, the host's delay then cuts the window and QuickAdapt
     # ratchets it to a few packets (``braid bench sim``'s ``compound-busy``,
-    # a known worst case left for the next round; seeds 1-12: longest pause
+    # a known worst case of the deviation; seeds 1-12: longest pause
     # between messages median 101 ms, 35 with the deviation off). The
     # transfer never fails and never times out either way. When the
     # deviation learns to tell heavy random loss from a tail-drop queue

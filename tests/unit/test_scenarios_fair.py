@@ -1,4 +1,4 @@
-"""Issue 13's fairness claim in the simulated fabric (virtual time).
+"""The fairness claim in the simulated fabric (virtual time).
 
 N senders into one host over two 100 Mbit/s planes whose shared spine port
 marks ECN above 16 KB, the daemon's connection config, one sender starting
@@ -44,13 +44,13 @@ def test_four_staggered_flows_share_fairly(seed: int) -> None:
 
 
 def test_eight_staggered_flows_share_fairly() -> None:
-    # Before: median 0.83, min 0.78; after 0.96 / 0.94.
+    # Measured: median 0.96, min 0.94.
     _check(scenario_fairness(n=8, stagger=0.1, hold=0.5, seed=5), median=0.9, low=0.85)
 
 
 def test_unequal_host_jitter_stays_fair() -> None:
     # Up to 0.5-2 ms of per-packet delay on the senders' uplinks (hosts of
-    # unequal load). Before: median 0.88, min 0.78; after 0.94 / 0.82.
+    # unequal load). Measured: median 0.94, min 0.82.
     _check(scenario_fairness(n=4, stagger=0.15, hold=0.5, seed=6, jitter=2e-3),
            median=0.92, low=0.8)
 

@@ -1,5 +1,5 @@
 """A spine of one plane down, or holding a standing queue, under a
-synchronous step loop (issue 13: the claims invisibility row's ``spine s0
+synchronous step loop (the claims invisibility row's ``spine s0
 plane 0 reboot``; the incast row's victim over kernel TCP), in virtual time."""
 
 from __future__ import annotations

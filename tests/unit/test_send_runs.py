@@ -1,4 +1,4 @@
-"""Issue 14's run-at-a-time sender: each batched call must leave exactly the
+"""The run-at-a-time sender: each batched call must leave exactly the
 state its per-packet counterpart leaves (the simulator's figures rest on it)."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_next_run_hands_out_what_next_ev_would(spray_run: int, planes: int,
 
 @pytest.mark.parametrize("policy", [SprayPolicy, RepsPolicy])
 def test_a_window_released_at_once_goes_over_every_plane(policy: type[PathPolicy]) -> None:
-    # Issue 13: runs of 8 whatever left at once put a 12-packet window as 8
+    # Runs of 8 whatever left at once would put a 12-packet window as 8
     # on one plane and 4 on the other; in the 8-to-1 incast at 25 Mbit/s one
     # plane's last hop trimmed while the other's idled.
     paths = policy(ev_set=EvSet(planes=2, evs_per_plane=4, seed=3), spray_run=8)

@@ -1,4 +1,4 @@
-"""Planes of unequal latency (issue 13): what the receiver reports, how the
+"""Planes of unequal latency: what the receiver reports, how the
 sender finds out that a loss was only lateness, and what NSCC does then.
 
 On a fabric whose second plane has 4x the first one's RTT, a SACK coalesced

@@ -21,7 +21,7 @@ def _run(*argv: str) -> tuple[float, str | None, list[str]]:
 
 
 def test_options_after_the_timeline_are_options_not_the_command() -> None:
-    # Used to hand '--timeout' to the workload: FileNotFoundError traceback.
+    # '--timeout' is the runner's, not the workload's (else: FileNotFoundError).
     assert _run("tl.toml", "--timeout", "150", "--", "sleep", "1") == (150.0, None,
                                                                       ["sleep", "1"])
     assert _run("tl.toml", "--name", "x", "--timeout", "5") == (5.0, "x", [])

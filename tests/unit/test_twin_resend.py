@@ -1,4 +1,4 @@
-"""A packet lost again after its resend goes out as two copies (issue 13).
+"""A packet lost again after its resend goes out as two copies (decision 0002).
 
 On the claims fabric's compound fault (the surviving plane loses 30% of the
 data at random) one packet was sent 9 times over 46 ms: each loss costs a
@@ -142,11 +142,11 @@ def test_twin_copies_leave_on_two_evs_and_shorten_the_worst_message_wait() -> No
 
 
 def test_congestive_losses_are_not_resent_twice() -> None:
-    # 4-to-1 through 64 KB tail-drop buffers with NSCC as UEC specifies it
-    # (a loss is no mark: the queue stands at the buffer, `braid bench sim`'s
-    # incast4-uec): a third of the packets dropped, many of them twice, with
-    # a queue behind every drop. Copies would only feed the queue (with them
-    # incast4-uec read 0.89 of capacity instead of 0.95).
+    # 4-to-1 through 64 KB tail-drop buffers without loss-as-mark (a loss is
+    # no mark: the queue stands at the buffer, `braid bench sim`'s
+    # incast4-no-loss-mark): a third of the packets dropped, many of them
+    # twice, with a queue behind every drop. Copies would only feed the queue
+    # (with them that row read 0.89 of capacity instead of 0.95).
     fab = make_testbed_fabric(planes=2, senders=4, buffer=64 << 10, seed=2)
     senders, _, _ = _run(fab, [f"a{i}" for i in range(4)], duration=0.3,
                          cc={"loss_as_mark": False})

@@ -1,4 +1,4 @@
-"""Issue 12, liveness half: the core's worst case in virtual time.
+"""Liveness: the core's worst case in virtual time.
 
 Scenarios k–n (testbed/sim/worst_case.py, shared with ``braid bench sim``)
 each run with a one-message-at-a-time client and a pipelined one; every
@@ -28,12 +28,8 @@ RTT = 1e-3
 @pytest.mark.parametrize("direction", W.DIRECTIONS)
 @pytest.mark.parametrize("client", W.CLIENTS)
 def test_k_compound_fault(client: str, direction: str) -> None:
-    # Today's main: dead planes parked ~2300 smoothed RTTs after their last
-    # answered send, a 87 ms stall and 163 RTOs (one client, data direction);
-    # on the ack direction the simulator hung at a fixed virtual time.
-    # After the merge of issue 9's core (one client): parked 8.6-9.4 srtt
-    # after the last answered send, the dead planes' few unanswered sends
-    # waiting for a probe plus a whole extra plane silence.
+    # A dead plane's few unanswered sends must not wait for a probe plus a
+    # whole extra plane silence before it is parked.
     r = W.scenario_compound(client=client, direction=direction)
     assert r["ok"] and r["failed"] is None
     assert None not in r["parked_after_rtts"], r["parked_after_rtts"]
@@ -74,10 +70,9 @@ PHASES_US = (0, 25, 50, 75, 100, 125, 150, 175, 200, 225)
 @pytest.mark.parametrize("phase_us", PHASES_US)
 def test_k_compound_fault_at_any_phase_of_the_message_cycle(phase_us: int,
                                                            direction: str) -> None:
-    # Before the fix (merge of issue 9's core): up to 8.1 srtt after the
-    # first unanswered send (a probe, then a whole extra plane silence; or
-    # the only answering plane parked just before the others died, so no
-    # evidence came at all until it was probed back).
+    # Whatever the phase: neither a probe followed by a whole extra plane
+    # silence, nor the only answering plane parked just before the others
+    # died (no evidence at all until it is probed back), may delay the park.
     r = W.scenario_compound(client="one", direction=direction, size=2 << 20,
                             die_at=1e-3 + phase_us * 1e-6)
     assert r["ok"] and r["failed"] is None
@@ -253,10 +248,10 @@ def test_the_last_live_plane_needs_a_failed_probe() -> None:
 
 
 def test_a_due_silence_deadline_always_acts() -> None:
-    # Issue 12 item 8: the deadline was armed as last_heard + s but tested as
+    # A deadline armed as last_heard + s but tested as
     # now - last_heard >= s; for last_heard = 1.0001, s = 3 ms the test is
-    # false at the armed time and the timer re-armed at the same instant
-    # forever (the simulator hung at a fixed virtual time).
+    # false at the armed time and the timer re-arms at the same instant
+    # forever (the simulator hangs at a fixed virtual time).
     assert (1.0001 + 0.003) - 1.0001 < 0.003  # the float trap itself
     p = SprayPolicy(base_rtt=RTT, plane_silence=0.003)
     plane2 = [ev for ev in p.evs if ev.plane == 2]

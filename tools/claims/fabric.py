@@ -4,9 +4,9 @@ One fabric serves every row (bring-up costs seconds; a row costs a run):
 2 planes, each a leaf-spine (2 leaves x 2 spines), 100 Mbit/s links,
 a link element on every link (trim + ECN as in the demo fabric): the eBPF
 switch ports by default, the userspace element with ``--element userspace``
-(which adds 20 us per link and takes delay faults). A Braid daemon runs on every host for the whole
-sitting (minimal start-up here; the lead reconciles it with ``braid testbed
-daemons``). Kernel MPTCP: every host announces each plane address as a
+(which adds 20 us per link and takes delay faults). A Braid daemon runs on
+every host for the whole claims run (a minimal start-up of its own, not
+``braid testbed daemons``). Kernel MPTCP: every host announces each plane address as a
 ``signal`` endpoint and accepts as many, so a connection opened on one plane
 gets one joined subflow per other plane, each routed on its own plane.
 
@@ -38,7 +38,7 @@ RATE_MBIT = 100
 #: The links' MTU (IP packet bytes). Every stack sizes its packets to it:
 #: Braid's daemons size DATA to the path MTU, TCP's MSS follows the route.
 MTU = 1500
-#: Bounds of ``configure`` (a sitting's plane count, per-plane link rate, MTU).
+#: Bounds of ``configure`` (a run's plane count, per-plane link rate, MTU).
 PLANES_RANGE = (2, 8)
 RATE_RANGE = (10, 1000)
 MTU_RANGE = (1280, 9000)
@@ -46,8 +46,8 @@ MTU_RANGE = (1280, 9000)
 
 def configure(planes: int = 2, rate_mbit: int = 100, mtu: int = 1500) -> None:
     """Set the fabric's plane count, per-plane link rate and MTU for this
-    sitting (``braid bench claims --planes/--rate/--mtu``). Rows read them at
-    run time."""
+    claims run (``braid bench claims --planes/--rate/--mtu``). Rows read them
+    at run time."""
     global PLANES, RATE_MBIT, MTU
     if not PLANES_RANGE[0] <= planes <= PLANES_RANGE[1]:
         raise UserError(f"--planes {planes}: the claims fabric takes "
@@ -110,7 +110,7 @@ class _Lines:
 
 def parse_connection(items: list[str], planes: int = 2) -> dict[str, Any]:
     """``--connection KEY=VALUE`` options: daemon ``[connection]`` settings
-    for every host of the sitting (an A/B of a transport setting on the
+    for every host of the claims run (an A/B of a transport setting on the
     testbed). VALUE is a TOML scalar (``3e-4``, ``16``, ``true``,
     ``"name"``); the key and the value are checked as the daemon would."""
     import dataclasses
@@ -190,7 +190,7 @@ class ClaimsFabric:
         from wire.keys import new_cluster_key, write_key_file
 
         with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(self.work)  # our own run directory from an earlier sitting
+            shutil.rmtree(self.work)  # our own run directory from an earlier run
         self.work.mkdir(parents=True, exist_ok=True)
         self.tb = Testbed.up(topology(self.n_hosts, self.element), name=self.name)
         write_key_file(self.work / "cluster.key", new_cluster_key())
@@ -227,7 +227,7 @@ class ClaimsFabric:
         conn: dict[str, Any] = {}
         if rate is not None:  # NSCC sizes its window and pacing to the plane's bottleneck
             conn["plane_rate"] = float(f"{rate:.6g}")
-        conn.update(self.connection)  # --connection: the sitting's own settings win
+        conn.update(self.connection)  # --connection: the run's own settings win
         if conn:
             text += "\n[connection]\n" + connection_toml(conn)
         path = self.work / f"h{h}.toml"

@@ -85,7 +85,7 @@ def longest_pause(arrivals: Sequence[float], start: float, end: float
     """(longest time without a message arrival, when it began) from the last
     arrival at or before ``start`` (or ``start`` itself) until ``end``; a
     pause still open at ``end`` counts up to ``end``. Millisecond-exact where
-    10 ms bins only say "one bin" (issue 13's compound stall limit is ~10 ms).
+    10 ms bins only say "one bin" (the compound row's stall limit is ~10 ms).
     None without any arrival after ``start``."""
     xs = sorted(arrivals)
     i = bisect.bisect_right(xs, start)

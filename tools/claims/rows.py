@@ -1,4 +1,4 @@
-"""The rows of the claims matrix; each runs every stack in one sitting.
+"""The rows of the claims matrix; each runs every stack in one claims run.
 
 A row function takes a ``Ctx`` and returns a JSON-able dict: ``per_stack``
 figures, ``series`` (bins / step times kept for the plots) and a one-line
@@ -32,7 +32,7 @@ from transport.sender import RECOVERY_KEYS
 TCP_OVERHEAD = 52
 ETH_HEADER = 14
 STACKS = ("braid", "tcp", "mptcp")
-MSG = 65536  # stream message size (the issue's 64 KiB)
+MSG = 65536  # stream message size (64 KiB, the claims' message)
 #: Messages a stream keeps queued (1 MiB: several bandwidth-delay products of
 #: a plane here), and how long after its stop time they may take to be acked
 #: before the run counts as failed.
@@ -770,12 +770,12 @@ def incast(ctx: Ctx) -> dict[str, Any]:
     daemons). The TCP victim is also a hot spine: pinned to one plane and
     hashed onto one spine, it fills leaf 1's uplink to that spine (about
     125% of it with the senders' share) with a standing queue a quarter of
-    the cross-leaf senders' packets wait in (docs/claims.md, "Session 10")."""
+    the cross-leaf senders' packets wait in (docs/decisions/0011-late-copies-skip-a-hot-ev.md)."""
     n = ctx.fab.n_hosts
     senders = list(range(2, n - 1))
     victim = (n - 1, 1)
     # A burst lasts the same ideal ~92 ms at any --planes / --rate (256 KiB per
-    # sender on the default 2 x 100 Mbit/s), so a sitting at a lower rate has
+    # sender on the default 2 x 100 Mbit/s), so a run at a lower rate has
     # as many bursts behind its p100 as the default one.
     scale = cf.PLANES * cf.RATE_MBIT / 200
     size = max(16 << 10, round(ctx.q(128 << 10, 256 << 10) * scale / 4096) * 4096)
