@@ -194,16 +194,27 @@ class PlaneLiveness(EvSetCore):
         probes = self.plane_probe_evs if plane.liveness_probe_at is not None else 0
         return not q or len(q) - probes >= self.plane_silent_sends
 
-    def _plane_deadline(self, plane: _Plane) -> float | None:
+    def _ups(self) -> int:
+        """How many planes are UP (``_plane_deadline``'s ``ups``)."""
+        n = 0
+        for p in self._planes:
+            if p.state is PlaneState.UP:
+                n += 1
+        return n
+
+    def _plane_deadline(self, plane: _Plane, ups: int | None = None) -> float | None:
         """When ``_check_plane`` may next act on an UP plane's silence (None:
         only new evidence can make it). ``due_probes`` tests exactly
         ``now >= _plane_deadline(plane)``, the time ``next_timer`` arms, and
-        ``_check_plane`` then always acts (parks or asks for probes)."""
+        ``_check_plane`` then always acts (parks or asks for probes).
+        ``ups``: ``_ups()`` if the caller has it (one count per pass, not one
+        per plane: this runs for every plane at every timer query)."""
         if plane.state is not PlaneState.UP:
             return None
         if plane.liveness_probes_due:
             return plane.liveness_due_at
-        action = self._next_action(plane, self._others_up(plane))
+        # The plane is UP: the others are up if more than one is.
+        action = self._next_action(plane, self._others_up(plane) if ups is None else ups > 1)
         return None if action is None else action[0]
 
     def _silence_deadline(self, plane: _Plane,
