@@ -36,6 +36,11 @@ PEER_ACK_DELAY = 20e-6
 #: An ACK delay up to this is shorter than an event-loop wakeup: the I/O layer
 #: sends such held SACKs once it has read its sockets (``flush_ack``).
 FLUSH_ACK_DELAY = 100e-6
+#: With such an ACK delay, how long a held SACK may wait across reads for
+#: more packets before the end of a read sends it (``Receiver.flush_due``):
+#: at a paced rate a read brings one or two packets, and a SACK per read cost
+#: more CPU than the data (docs/decisions/0021-ack-per-batch-and-paced-runs.md).
+ACK_BATCH_DELAY = 500e-6
 #: Probe id of a credit probe: the receiver answers it with a SACK (its
 #: current credit edge), not a PROBE_ACK; path probes count from 1.
 _CREDIT_PROBE_ID = 0
@@ -188,9 +193,9 @@ class ConnCore:
     def _drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
-    def _send_sack(self, now: float) -> None:
+    def _send_sack(self, now: float, batch: bool = False) -> None:
         assert self._sealer is not None
-        for due in self.receiver.make_sacks(now, self.sender.rtt.srtt):
+        for due in self.receiver.make_sacks(now, self.sender.rtt.srtt, batch=batch):
             flags = _ECN_ECHO if due.ecn_echo else 0
             self._control.append((self._sealer.seal(due.sack, flags=flags),
                                   self._ctl_path(due.plane)))

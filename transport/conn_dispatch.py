@@ -9,7 +9,15 @@ them to the same result on the same datagrams.
 from __future__ import annotations
 
 from congestion.base import AckSample
-from transport.conn_core import _ACK_REQ, _CREDIT_PROBE_ID, _ECN_ECHO, FLUSH_ACK_DELAY, _us
+from transport.conn_core import (
+    _ACK_REQ,
+    _CREDIT_PROBE_ID,
+    _ECN_ECHO,
+    _LAST,
+    ACK_BATCH_DELAY,
+    FLUSH_ACK_DELAY,
+    _us,
+)
 from transport.conn_lifecycle import ConnLifecycle
 from transport.conn_state import TERMINAL, ConnEvent, ConnState
 from transport.datagram import RxInfo
@@ -122,7 +130,7 @@ class ConnDispatch(ConnLifecycle):
             return
         try:
             urgent = r.on_slice(cum + d, ev, ts, rx.plane, mid, moff, mlen, payload, rx.ce, now,
-                                flags & _ACK_REQ != 0)
+                                flags & _ACK_REQ != 0, flags & _LAST != 0)
         except SliceError as exc:
             self._bad_slice(exc, now)
             return
@@ -155,7 +163,8 @@ class ConnDispatch(ConnLifecycle):
         assert pkt.payload is not None
         try:
             urgent = r.on_data(body, pkt.payload, ce=rx.ce, now=now,
-                               ack_req=bool(pkt.header.flags & _ACK_REQ), plane=rx.plane)
+                               ack_req=bool(pkt.header.flags & _ACK_REQ), plane=rx.plane,
+                               last=bool(pkt.header.flags & _LAST))
         except SliceError as exc:
             self._bad_slice(exc, now)
             return
@@ -170,15 +179,23 @@ class ConnDispatch(ConnLifecycle):
         return self.receiver.ack_pending()
 
     def flush_ack(self, now: float) -> None:
-        """Send the SACK the ACK delay holds back, now, if that delay is
-        shorter than a wakeup (``FLUSH_ACK_DELAY``): the I/O layer has read
-        everything that had arrived, so nothing more could join it in time,
-        and waiting would cost a timer wakeup. A longer ACK delay is a
-        coalescing window the SACK waits out."""
-        if self.receiver.ack_delay <= FLUSH_ACK_DELAY and self.is_established \
-                and self.receiver.ack_pending():
+        """The I/O layer has read its sockets to the end: send the SACK the
+        ACK delay holds back if it is due (``Receiver.flush_due``: its first
+        packet held ``ACK_BATCH_DELAY``, a hole open, a LAST packet, freed
+        credit), else let it wait for the packets of later reads, up to that
+        bound (docs/decisions/0021-ack-per-batch-and-paced-runs.md). Only for
+        an ACK delay shorter than a wakeup (``FLUSH_ACK_DELAY``); a longer one
+        is a coalescing window the SACK waits out on its timer. A driver that
+        never calls this (the simulator, packet by packet) keeps the ACK
+        delay's timer."""
+        r = self.receiver
+        if r.ack_delay > FLUSH_ACK_DELAY:
+            return
+        if r.batch_delay is None:  # the I/O layer reports its reads: batch
+            r.set_batch_delay(ACK_BATCH_DELAY)
+        if r.flush_due(now) and self.is_established:
             self._stir()
-            self._send_sack(now)
+            self._send_sack(now, batch=True)
 
     def _sack_beyond_sent(self, sack: Sack) -> bool:
         """Does the SACK acknowledge a PSN we never sent? Only a lying or broken

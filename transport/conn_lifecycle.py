@@ -153,7 +153,7 @@ class ConnLifecycle(ConnHandshake):
                     self._send_handshake(now)
             return
         if self.receiver.timer_due(now):
-            self._send_sack(now)
+            self._send_sack(now, batch=self.receiver.batch_delay is not None)
         s = self.sender
         lt = s.loss_timer()
         if lt is not None and now >= lt:

@@ -297,8 +297,10 @@ class Endpoint:
         flush_ack``): call when the input has been read to the end. The
         connections are the ones that received DATA since the last flush."""
         pending, self._ack_pending = self._ack_pending, {}
-        for conn in pending.values():
+        for cid, conn in pending.items():
             conn.flush_ack(now)
+            if conn.ack_pending():  # not due yet: it waits for later reads
+                self._ack_pending[cid] = conn
 
     def next_event(self) -> tuple[Connection, Event] | None:
         """The next (connection, event) of any connection, in order."""

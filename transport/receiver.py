@@ -77,6 +77,10 @@ class Receiver:
             raise ValueError(f"recv_window must be {INITIAL_CREDIT}..{_HALF - 1} bytes")
         self.ack_every = ack_every
         self.ack_delay = ack_delay
+        #: How long a held SACK may wait for more packets across reads (the
+        #: ``flush_due`` rule; None: no batching, the ACK delay's timer sends it).
+        self.batch_delay: float | None = None
+        self._hold = ack_delay
         self.psn_window = psn_window
         self.max_message_size = min(max_message_size, recv_window)
         self.slice_size = slice_size
@@ -110,6 +114,14 @@ class Receiver:
         self._pend_hi = -1
         self._pend_hi_plane = 0
         self._ack_deadline: float | None = None
+        #: The first packet held since the last SACK, and when it arrived: a
+        #: batch SACK echoes it, so its ACK Delay is the batch's hold.
+        self._first: tuple[int, int, int, int] | None = None
+        self._first_at = 0.0
+        #: Something held must reach the sender at the end of this read
+        #: (a LAST packet, credit the sender may be waiting for).
+        self._flush_now = False
+        self._read_at = 0.0  # the last flush_due call
         self._hole_refresh: float | None = None
         self.duplicates = 0
         self.trimmed_fabric = 0
@@ -171,17 +183,18 @@ class Receiver:
         return asm
 
     def on_data(self, body: Data, payload: bytes, *, ce: bool, now: float,
-                ack_req: bool, plane: int | None = None) -> bool:
+                ack_req: bool, plane: int | None = None, last: bool = False) -> bool:
         """A full DATA packet; returns True if a SACK should go out at once.
 
         ``plane`` is where it arrived (SACKs go back there); raises
         ``SliceError`` for a slice inconsistent with its message."""
         return self.on_slice(unwrap(body.psn, self.cum_psn), body.ev, body.timestamp,
                              body.plane if plane is None else plane, body.msg_id,
-                             body.msg_offset, body.msg_len, payload, ce, now, ack_req)
+                             body.msg_offset, body.msg_len, payload, ce, now, ack_req, last)
 
     def on_slice(self, psn: int, ev: int, ts: int, plane: int, mid: int, off: int, mlen: int,
-                 payload: bytes, ce: bool, now: float, ack_req: bool) -> bool:
+                 payload: bytes, ce: bool, now: float, ack_req: bool,
+                 last: bool = False) -> bool:
         """``on_data`` without the ``Data`` object (the receive fast path):
         ``psn`` already unwrapped (``unwrap``), ``plane`` where it arrived."""
         if psn < self.cum_psn or psn in self._above:
@@ -242,13 +255,19 @@ class Receiver:
             self._pend_hi = psn
             self._pend_hi_plane = plane
         if self._ack_deadline is None:
-            self._ack_deadline = now + self.ack_delay
+            self._ack_deadline = now + self._hold
+            self._first = (psn, ev, ts, plane)
+            self._first_at = now
+        if last:
+            self._flush_now = True
         # CE marks go back at once so the sender can tell which EV was marked.
         return ack_req or ce or self._unacked >= self.ack_every
 
     def _complete(self, msg_id: int, msg_len: int, data: bytes) -> None:
         if not self.hold_delivered:
             self.freed += msg_len
+            if self._adv_room < self.recv_window // 2:
+                self._flush_now = True  # the sender may wait for this credit
         if msg_id == self._done_floor:
             floor = (msg_id + 1) & _U32 or 1
             done = self._done
@@ -331,16 +350,26 @@ class Receiver:
             out.append(AckDue(Sack(wire(cum), wire(start), bm, wire(first), 0, 0, rwnd, 0,
                                    plane), plane, False))
 
-    def make_sacks(self, now: float, rtt_hint: float, max_extra: int = 3) -> list[AckDue]:
+    def make_sacks(self, now: float, rtt_hint: float, max_extra: int = 3,
+                   batch: bool = False) -> list[AckDue]:
         """SACKs for what arrived since the last one: the last carries the
         triggering packet's echo (EV, timestamp); up to ``max_extra`` more
         cover older parts of the range that one bitmap cannot reach, and one
         more the part above the triggering packet's bitmap (a faster plane's
         packets, which arrived before the trigger), on the plane that part
-        came by."""
+        came by.
+
+        ``batch``: a SACK the batching rule let wait (``flush_due``). With no
+        hole it echoes the first packet it holds, not the last: its ACK Delay
+        is then the batch's whole hold, which the sender learns and allows
+        for (``Sender.ack_delay``), and its RTT sample is as right as any."""
         if self._last is None:
             return []
         psn, ev, ts, plane = self._last
+        held_at = self._last_at
+        if batch and self._first is not None and not self._above:
+            psn, ev, ts, plane = self._first
+            held_at = self._first_at
         cum = self.cum_psn
         rwnd = self.credit_edge
         self._adv_room = self.room
@@ -360,13 +389,15 @@ class Receiver:
             self._range_sack(out, max(hi - (_BITMAP_BITS - 1), base + _BITMAP_BITS), cum,
                              rwnd, self._pend_hi_plane)
         ce = self._ce_since_ack
-        held = int((now - self._last_at) * ACK_DELAY_HZ)
+        held = int((now - held_at) * ACK_DELAY_HZ)
         sack = Sack(wire(cum), wire(base), self._bitmap(base), wire(psn), ev, ts, rwnd,
                     min(ce, 0xFFFF), plane, min(max(held, 0), ACK_DELAY_MAX))
         out.append(AckDue(sack, plane, ce > 0))
         self._unacked = 0
         self._ce_since_ack = 0
         self._ack_deadline = None
+        self._first = None
+        self._flush_now = False
         self._pend_lo = None
         self._pend_hi = -1
         # While holes remain, keep the sender informed even if it goes quiet:
@@ -377,6 +408,27 @@ class Receiver:
     def ack_pending(self) -> bool:
         """DATA arrived since the last SACK and waits for the ACK delay."""
         return self._ack_deadline is not None
+
+    def set_batch_delay(self, delay: float) -> None:
+        """Hold SACKs across reads, up to ``delay`` (``flush_due``): for an I/O
+        layer that says where its reads end."""
+        self.batch_delay = delay
+        self._hold = max(self.ack_delay, delay)
+
+    def flush_due(self, now: float) -> bool:
+        """Must the held SACK go out at the end of this read (call once per
+        read)? Yes if its first packet would pass the batch delay before the
+        next read (reads taken to come as far apart as the last two, at most
+        half the delay: later, the timer sends it), while a hole is open (the
+        sender needs the news for loss recovery), and for a LAST packet or
+        freed credit; otherwise it waits for the packets of later reads."""
+        gap = now - self._read_at
+        self._read_at = now
+        dl = self._ack_deadline
+        if dl is None:
+            return False
+        half = self._hold / 2
+        return now + (gap if gap < half else half) >= dl or self._flush_now or bool(self._above)
 
     def timer(self) -> float | None:
         a, b = self._ack_deadline, self._hole_refresh

@@ -19,10 +19,12 @@ class EvProbes(PlaneLiveness):
 
     def due_probes(self, now: float) -> list[Ev]:
         """EVs whose probe is due; also the moment silent planes are parked."""
+        ups = self._ups()
         for plane in self._planes:
-            deadline = self._plane_deadline(plane)
+            deadline = self._plane_deadline(plane, ups)
             if deadline is not None and now >= deadline and not plane.liveness_probes_due:
                 self._check_plane(plane, now)
+                ups = self._ups()  # it may have parked the plane
         due = [
             ev
             for ev in self._probing.values()
@@ -89,8 +91,9 @@ class EvProbes(PlaneLiveness):
         for ev in self._probing.values():
             if ev.next_probe is not None and ev.next_probe < t:
                 t = ev.next_probe
+        ups = self._ups()
         for plane in self._planes:
-            deadline = self._plane_deadline(plane)
+            deadline = self._plane_deadline(plane, ups)
             if deadline is not None and deadline < t:
                 t = deadline
         return None if t == math.inf else t
