@@ -161,8 +161,9 @@ def classify_failures(failures: list[Failure], faults: list[Fault], restarts: li
                       established: dict[str, list[tuple[float, str]]], run_end: float,
                       reach: float = RESTART_REACH,
                       recover_within: float = RECOVER_WITHIN) -> list[dict[str, Any]]:
-    """Each failure with the faults active in the ``reach`` seconds before it,
-    the restart nearby, and whether it is explained, and why.
+    """Each failure with the faults active when it came (``faults_active``)
+    and those healed in the ``reach`` seconds before (``faults_recent``), the
+    restart nearby, and whether it is explained, and why.
 
     Explained: a daemon at either end was stopping, down or starting (from its
     SIGTERM to its socket being up again, widened by ``reach`` after) when the
@@ -174,8 +175,11 @@ def classify_failures(failures: list[Failure], faults: list[Fault], restarts: li
     for f in sorted(failures, key=lambda f: f.time):
         active = sorted({x.spec for x in faults
                          if _overlaps(x.start, x.end if x.end is not None else run_end,
-                                      f.time - reach, f.time)})
-        planes = sorted({int(m) for spec in active for m in _PLANE.findall(spec)})
+                                      f.time, f.time)})
+        recent = sorted({x.spec for x in faults
+                         if _overlaps(x.start, x.end if x.end is not None else run_end,
+                                      f.time - reach, f.time)} - set(active))
+        planes = sorted({int(m) for spec in active + recent for m in _PLANE.findall(spec)})
         near = [r for r in restarts
                 if _overlaps(r.stop, (r.up if r.up is not None else run_end) + reach,
                              f.time, f.time)]
@@ -204,12 +208,12 @@ def classify_failures(failures: list[Failure], faults: list[Fault], restarts: li
                       "; run ended before a reconnect was due" if recovered else
                       f"; no reconnect within {recover_within:g}s"))
         else:
-            why = (f"no restart within {reach:g}s; faults on planes {planes}: "
-                   + (", ".join(active) if active else "none"))
+            why = (f"no restart within {reach:g}s; faults in the {reach:g}s before on planes "
+                   f"{planes}: " + (", ".join(active + recent) or "none"))
         out.append({"time": round(f.time, 3),
                     "clock": time.strftime("%H:%M:%S", time.gmtime(f.time)),
                     "host": f.host, "peer": f.peer, "reason": f.reason, "source": f.source,
-                    "faults_active": active,
+                    "faults_active": active, "faults_recent": recent,
                     "restart_nearby": (None if not near else
                                        f"{max(near, key=lambda r: r.stop).host} SIGTERM "
                                        f"{f.time - max(r.stop for r in near):+.1f}s before"),
@@ -552,6 +556,9 @@ class Soak:
                      f": {r['why']} | faults {r['faults_active']}")
         return {"failures": rows, "unexplained_failures": len(bad),
                 "failure_reasons": dict(Counter(_reason_kind(r["reason"]) for r in rows)),
+                "fault_list": [{"start": round(x.start, 3),
+                                "end": x.end and round(x.end, 3), "kind": x.kind,
+                                "spec": x.spec} for x in self.faults],
                 "restart_list": [{"host": r.host, "stop": round(r.stop, 3),
                                   "exited": r.exited and round(r.exited, 3),
                                   "up": r.up and round(r.up, 3)} for r in self.restarts]}
@@ -559,7 +566,7 @@ class Soak:
 
 def _reason_kind(reason: str) -> str:
     """A failure reason without its figures (for counting)."""
-    return re.sub(r"[\d.]+", "N", reason.split(" (")[0])[:60]
+    return re.sub(r"\d+(\.\d+)?", "N", re.sub(r" at /\S+", "", reason.split(" (")[0]))[:60]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,8 +58,9 @@ def test_faults_alone_do_not_explain_a_failure() -> None:
     est = {"h0": [(1012.0, "h1")]}
     (row,) = classify_failures([_fail(1010.5)], faults, [], est, run_end=2000.0)
     assert not row["explained"]
-    assert row["faults_active"] == ["link h1:p2 gray up", "plane 1 down"]
-    assert "faults on planes [1, 2]" in row["why"]
+    assert row["faults_active"] == []  # both healed before it
+    assert row["faults_recent"] == ["link h1:p2 gray up", "plane 1 down"]
+    assert "faults in the 10s before on planes [1, 2]" in row["why"]
     assert row["restart_nearby"] is None
 
 
