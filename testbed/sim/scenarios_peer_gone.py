@@ -21,10 +21,12 @@ the peer's silence; with the peer alive a plane cut to 1/20 (seconds of
 queue) and a dead one cost no failure.
 
 Left open: with the peer alive, a plane cut to 1/100 behind a 4 MiB buffer
-(minutes of queue, ``cut=100, peer_alive=True``; the testbed's shaper holds
-at most 2 x 256 KB, 0.4 s at 10 Mbit/s) spends the retry budget too (seed 2,
-parked planes [2]): what is in flight on the slow plane expires again and
-again while the two good planes carry too little to count as progress.
+(``cut=100, peer_alive=True``: 1.8 MB queued at 12.5 kB/s, over two minutes;
+the testbed's shaper holds at most 2 x 256 KB, 0.4 s at 10 Mbit/s, less than
+one capped RTO) spends the retry budget too (seed 2, parked planes [2]): the
+RTO at the plane-down leaves a window of one packet, and each of the 11
+resends of it went to the slow plane, which holds it far beyond the RTO;
+planes 0 and 1, healthy, carried nothing for 4 s.
 """
 
 from __future__ import annotations
