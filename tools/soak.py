@@ -24,6 +24,16 @@ last hops), one ``braid daemon`` per host, and for ``--minutes``:
 At the end faults heal, the sender finishes, a receiver reads until every
 acknowledged message is in. The ledger: ``lost`` (acknowledged to the sender,
 never received), ``duplicates_other``, ``corrupt`` must all be 0.
+
+Every connection failure is accounted for: each ``connection_failed`` and
+``peer_restarted`` line of the daemons' logs and each send error a client saw
+is set against the fault timeline and the restarts around it
+(``classify_failures``) and called *explained* (a daemon at either end was
+stopping, down or starting within ``RESTART_REACH`` seconds before it, and the
+failing daemon connected to its peer again afterwards) or *unexplained*
+(nothing but faults on at most two of the four planes: the transport should
+have ridden over them). The JSON has ``failures`` and
+``unexplained_failures``, which must be 0 too.
 """
 
 from __future__ import annotations
@@ -35,6 +45,8 @@ import hashlib
 import json
 import os
 import random
+import re
+import shlex
 import signal
 import struct
 import subprocess
@@ -68,6 +80,145 @@ def check_message(data: bytes) -> tuple[int | None, bool]:
     payload = data[_HDR.size:]
     ok = len(payload) == n and hashlib.blake2b(payload, digest_size=16).digest() == digest
     return seq, ok
+
+
+#: How far back (seconds) a restart of either daemon explains a failure: a
+#: graceful stop drains for up to ``drain_timeout`` (15 s) but the failure
+#: comes at most one retry budget after the peer stopped answering — the
+#: ``host`` profile's ``idle_fail_timeout`` (5 s), or ~4 s of backed-off RTOs
+#: (40 ms doubling to the 0.5 s cap, 11 times), or ``handshake_timeout`` (2 s)
+#: per attempt for a new connection — plus the daemon's start (a Python
+#: process on a loaded machine: up to a few seconds).
+RESTART_REACH = 10.0
+#: How long after a failure the failing daemon must have connected to its
+#: peer again for the failure to count as recovered (or the run ended first).
+RECOVER_WITHIN = 60.0
+
+
+@dataclass
+class Fault:
+    """One fault of the timeline (wall-clock seconds, ``time.time()``)."""
+
+    start: float
+    end: float | None
+    kind: str
+    spec: str
+
+
+@dataclass
+class Restart:
+    """A daemon restart: SIGTERM sent, process gone, socket up again."""
+
+    host: str
+    stop: float
+    exited: float | None = None
+    up: float | None = None
+
+
+@dataclass
+class Failure:
+    time: float
+    host: str  # the daemon that failed the connection (or the client's daemon)
+    peer: str
+    reason: str
+    source: str  # "daemon" (its log) or "client" (an error the API returned)
+
+
+def parse_daemon_log(host: str, text: str) -> tuple[list[Failure], list[tuple[float, str]]]:
+    """The failures (``connection_failed``, ``peer_restarted``) and the
+    ``connection_established`` times (with the peer) of one daemon's log."""
+    fails: list[Failure] = []
+    established: list[tuple[float, str]] = []
+    for line in text.splitlines():
+        if "event=connection_failed" not in line and "event=peer_restarted" not in line \
+                and "event=connection_established" not in line:
+            continue
+        try:
+            kv = dict(w.partition("=")[::2] for w in shlex.split(line))
+            ts = float(kv["ts"])
+        except (ValueError, KeyError):
+            continue
+        event = kv.get("event", "")
+        if event == "connection_established":
+            established.append((ts, kv.get("peer", "?")))
+        elif event == "peer_restarted":
+            fails.append(Failure(ts, host, kv.get("peer", "?"),
+                                 "peer restarted: " + kv.get("reason", "?"), "daemon"))
+        else:
+            fails.append(Failure(ts, host, kv.get("peer", "?"), kv.get("reason", "?"),
+                                 "daemon"))
+    return fails, established
+
+
+def _overlaps(a0: float, a1: float, b0: float, b1: float) -> bool:
+    return a0 <= b1 and b0 <= a1
+
+
+_PLANE = re.compile(r"(?:plane |:p)(\d+)")
+
+
+def classify_failures(failures: list[Failure], faults: list[Fault], restarts: list[Restart],
+                      established: dict[str, list[tuple[float, str]]], run_end: float,
+                      reach: float = RESTART_REACH,
+                      recover_within: float = RECOVER_WITHIN) -> list[dict[str, Any]]:
+    """Each failure with the faults active when it came (``faults_active``)
+    and those healed in the ``reach`` seconds before (``faults_recent``), the
+    restart nearby, and whether it is explained, and why.
+
+    Explained: a daemon at either end was stopping, down or starting (from its
+    SIGTERM to its socket being up again, widened by ``reach`` after) when the
+    failure came, and — for a daemon's own failure — the failing daemon
+    connected to that peer again within ``recover_within`` (or the run ended
+    first). Anything else is unexplained: faults touch at most two of the four
+    planes, which the transport must ride over."""
+    out: list[dict[str, Any]] = []
+    for f in sorted(failures, key=lambda f: f.time):
+        active = sorted({x.spec for x in faults
+                         if _overlaps(x.start, x.end if x.end is not None else run_end,
+                                      f.time, f.time)})
+        recent = sorted({x.spec for x in faults
+                         if _overlaps(x.start, x.end if x.end is not None else run_end,
+                                      f.time - reach, f.time)} - set(active))
+        planes = sorted({int(m) for spec in active + recent for m in _PLANE.findall(spec)})
+        near = [r for r in restarts
+                if _overlaps(r.stop, (r.up if r.up is not None else run_end) + reach,
+                             f.time, f.time)]
+        why = ""
+        explained = False
+        if near:
+            r = max(near, key=lambda r: r.stop)
+            up = r.up if r.up is not None else run_end
+            role = "own" if r.host == f.host else "peer"
+            if f.time < r.stop:
+                phase = "before its SIGTERM"  # cannot happen: near needs stop <= time
+            elif r.exited is None or f.time <= r.exited:
+                phase = "stopping"
+            elif f.time <= up:
+                phase = "down"
+            else:
+                phase = f"up again {f.time - up:.1f}s before"
+            back = [t for t, peer in established.get(f.host, ())
+                    if peer == f.peer and f.time <= t <= f.time + recover_within]
+            recovered = f.source == "client" or bool(back) or \
+                f.time + recover_within > run_end
+            explained = recovered
+            why = (f"{role} daemon {r.host} restart ({phase})"
+                   + ("" if f.source == "client" else
+                      f"; reconnected after {back[0] - f.time:.1f}s" if back else
+                      "; run ended before a reconnect was due" if recovered else
+                      f"; no reconnect within {recover_within:g}s"))
+        else:
+            why = (f"no restart within {reach:g}s; faults in the {reach:g}s before on planes "
+                   f"{planes}: " + (", ".join(active + recent) or "none"))
+        out.append({"time": round(f.time, 3),
+                    "clock": time.strftime("%H:%M:%S", time.gmtime(f.time)),
+                    "host": f.host, "peer": f.peer, "reason": f.reason, "source": f.source,
+                    "faults_active": active, "faults_recent": recent,
+                    "restart_nearby": (None if not near else
+                                       f"{max(near, key=lambda r: r.stop).host} SIGTERM "
+                                       f"{f.time - max(r.stop for r in near):+.1f}s before"),
+                    "explained": explained, "why": why})
+    return out
 
 
 @dataclass
@@ -115,6 +266,9 @@ class Soak:
         self.finishing = False
         self.next_seq = 1
         self.pending_resend: list[int] = []
+        self.faults: list[Fault] = []
+        self.restarts: list[Restart] = []
+        self.client_failures: list[Failure] = []
         self.log = open(work / "soak.log", "a")  # noqa: SIM115 - closed in close()
 
     def say(self, text: str) -> None:
@@ -156,6 +310,8 @@ class Soak:
 
     async def restart(self, host: str) -> None:
         self.restarting.add(host)
+        rec = Restart(host, time.time())
+        self.restarts.append(rec)
         try:
             p = self.procs[host]
             p.send_signal(signal.SIGTERM)
@@ -168,16 +324,20 @@ class Soak:
                 p.kill()
                 p.wait(5)
                 self.ledger.events["daemon_killed"] += 1
+            rec.exited = time.time()
             self.ledger.events[f"restart_{host}"] += 1
-            self.say(f"restart {host} (exit {p.returncode})")
+            self.say(f"restart {host} (exit {p.returncode}, stopped in "
+                     f"{rec.exited - rec.stop:.1f}s)")
             await asyncio.sleep(self.rng.uniform(0.2, 2.0))
             await self.start_daemon(host)
+            rec.up = time.time()
         finally:
             self.restarting.discard(host)
 
     def stop_daemons(self) -> None:
-        for p in self.procs.values():
+        for h, p in self.procs.items():
             if p.poll() is None:
+                self.restarts.append(Restart(h, time.time()))  # the final stop
                 p.send_signal(signal.SIGTERM)
         for p in self.procs.values():
             try:
@@ -225,6 +385,7 @@ class Soak:
                     await self._reap(outstanding, first=False)
             except BraidError as exc:
                 led.send_errors[str(exc)[:60]] += 1
+                self._client_failure(str(exc))
                 await asyncio.sleep(0.2)
             finally:
                 await self._reap(outstanding, first=False, settle=True)
@@ -257,11 +418,21 @@ class Soak:
                 # The daemon went away or the connection failed: send it again
                 # (it may have arrived: at-least-once across a restart).
                 self.ledger.send_errors[str(f.exception())[:60]] += 1
+                self._client_failure(str(f.exception()))
                 self.ledger.resent.add(seq)
                 self.pending_resend.append(seq)
                 await asyncio.sleep(0.01)  # a daemon going away: do not spin
             else:
                 self.ledger.acked.add(seq)
+
+    def _client_failure(self, reason: str) -> None:
+        """A send error the API returned (one per distinct reason per second:
+        a failed connection fails every message queued on it at once)."""
+        now = time.time()
+        last = self.client_failures[-1] if self.client_failures else None
+        if last is not None and last.reason == reason and now - last.time < 1.0:
+            return
+        self.client_failures.append(Failure(now, SENDER, RECEIVER, reason, "client"))
 
     # -- receivers ------------------------------------------------------------------------
 
@@ -301,20 +472,21 @@ class Soak:
 
     async def chaos(self) -> None:
         loop = asyncio.get_running_loop()
-        active: list[tuple[float, str]] = []
+        active: list[tuple[float, str, Fault]] = []
         while time.monotonic() < self.end:
             await asyncio.sleep(self.rng.uniform(0.5, 3.0))
             now = time.monotonic()
-            for due, heal in [a for a in active if a[0] <= now]:
-                active.remove((due, heal))
+            for due, heal, rec in [a for a in active if a[0] <= now]:
+                active.remove((due, heal, rec))
                 await loop.run_in_executor(None, self.tb.fault, heal)
+                rec.end = time.time()
             r = self.rng.random()
             if r < 0.08 and not self.restarting:
                 await self.restart(self.rng.choice((SENDER, RECEIVER)))
                 continue
             if len(active) >= 2:
                 continue
-            busy = {h.split()[1] for _, h in active}
+            busy = {h.split()[1] for _, h, _r in active}
             p = self.rng.choice([p for p in self.tb.planes if f"h0:p{p}" not in busy
                                  and f"h1:p{p}" not in busy and str(p) not in busy])
             host = self.rng.choice((SENDER, RECEIVER))
@@ -326,11 +498,14 @@ class Soak:
                 ("rate", f"link {host}:p{p} rate 10mbit", f"link {host}:p{p} heal"),
                 ("link_down", f"link {host}:p{p} down", f"link {host}:p{p} up"),
             ])
+            rec = Fault(time.time(), None, kind, spec)
             await loop.run_in_executor(None, self.tb.fault, spec)
+            self.faults.append(rec)
             self.ledger.events[f"fault_{kind}"] += 1
-            active.append((now + self.rng.uniform(1.0, 4.0), heal))
-        for _, heal in active:
+            active.append((now + self.rng.uniform(1.0, 4.0), heal, rec))
+        for _, heal, rec in active:
             await loop.run_in_executor(None, self.tb.fault, heal)
+            rec.end = time.time()
 
     async def progress(self) -> None:
         while not self.finishing:
@@ -362,6 +537,37 @@ class Soak:
                     "finished_cleanly": len(done) == 2})
         return res
 
+    def account(self) -> dict[str, Any]:
+        """Every failure the daemons logged or the clients saw, classified
+        (after the daemons stopped: their logs are complete)."""
+        fails = list(self.client_failures)
+        established: dict[str, list[tuple[float, str]]] = {}
+        for h in (SENDER, RECEIVER):
+            path = self.work / f"daemon-{h}.log"
+            text = path.read_text(errors="replace") if path.exists() else ""
+            f, est = parse_daemon_log(h, text)
+            fails += f
+            established[h] = est
+        rows = classify_failures(fails, self.faults, self.restarts, established, time.time())
+        bad = [r for r in rows if not r["explained"]]
+        for r in rows:
+            self.say(f"failure {r['clock']} {r['source']} {r['host']}->{r['peer']}: "
+                     f"{r['reason'][:110]} | {'explained' if r['explained'] else 'UNEXPLAINED'}"
+                     f": {r['why']} | faults {r['faults_active']}")
+        return {"failures": rows, "unexplained_failures": len(bad),
+                "failure_reasons": dict(Counter(_reason_kind(r["reason"]) for r in rows)),
+                "fault_list": [{"start": round(x.start, 3),
+                                "end": x.end and round(x.end, 3), "kind": x.kind,
+                                "spec": x.spec} for x in self.faults],
+                "restart_list": [{"host": r.host, "stop": round(r.stop, 3),
+                                  "exited": r.exited and round(r.exited, 3),
+                                  "up": r.up and round(r.up, 3)} for r in self.restarts]}
+
+
+def _reason_kind(reason: str) -> str:
+    """A failure reason without its figures (for counting)."""
+    return re.sub(r"\d+(\.\d+)?", "N", re.sub(r" at /\S+", "", reason.split(" (")[0]))[:60]
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -388,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
         soak.stop_daemons()
         loop.close()
         tb.down()
-        soak.log.close()
+    res.update(soak.account())
+    soak.log.close()
     res.update({"minutes": a.minutes, "seed": a.seed, "topology": TOPOLOGY.name,
                 "date": time.strftime("%Y-%m-%d"), "work": str(work)})
     text = json.dumps(res, indent=1)
@@ -396,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(text + "\n")
-    ok = res["lost"] == 0 and res["duplicates_other"] == 0 and res["corrupt"] == 0
+    ok = res["lost"] == 0 and res["duplicates_other"] == 0 and res["corrupt"] == 0 \
+        and res["unexplained_failures"] == 0
     return 0 if ok and res["finished_cleanly"] else 1
 
 

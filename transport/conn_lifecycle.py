@@ -172,7 +172,9 @@ class ConnLifecycle(ConnHandshake):
             if s.consecutive_rtos > self.config.max_rto_retries:
                 self._fail(ConnEvent.RETRY_BUDGET_SPENT,
                            f"retry budget spent: {s.consecutive_rtos} consecutive timeouts "
-                           f"without progress", tell_peer=True, now=now)
+                           f"without progress for {now - s.last_progress:.3f}s (srtt "
+                           f"{s.rtt.srtt * 1e3:.1f} ms, rto {s.rto() * 1e3:.0f} ms, parked "
+                           f"planes: {self.paths.parked_planes()})", tell_peer=True, now=now)
                 return
         if s.has_outstanding and now >= s.last_progress + self.config.idle_fail_timeout:
             self._fail(ConnEvent.RETRY_BUDGET_SPENT,

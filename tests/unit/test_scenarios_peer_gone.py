@@ -1,0 +1,35 @@
+"""Which rule ends a connection whose peer went silent (the soak's daemon
+restarts), in virtual time: testbed/sim/scenarios_peer_gone.py."""
+
+from __future__ import annotations
+
+from testbed.sim.scenarios_peer_gone import scenario_peer_gone
+
+
+def test_peer_gone_every_plane_parks_and_the_idle_rule_ends_it() -> None:
+    r = scenario_peer_gone(seed=2, cut=1.0)  # no slow plane
+    assert r["failed"] is not None and r["failed"].startswith("no acknowledgement for 5.000s")
+    assert r["parked"] == [0, 1, 2, 3]
+    assert r["rto_events"] == 1  # nothing in flight once every plane is parked
+    assert 4.9 <= r["failed_after_gone"] <= 5.2
+
+
+def test_peer_gone_a_slow_plane_stays_up_and_the_retry_budget_ends_it() -> None:
+    # The slow plane's own RTT (seconds of queue) stretches its silence to
+    # 3 of its RTTs: it is not parked, the RTO keeps firing on it, and 11
+    # timeouts (40 ms doubling to the 0.5 s cap) come before the 5 s rule.
+    r = scenario_peer_gone(seed=2, cut=100.0)
+    assert r["slow_plane_srtt"] > 1.0, r
+    assert r["failed"] is not None and r["failed"].startswith(
+        "retry budget spent: 11 consecutive timeouts"), r
+    assert "parked planes: [0, 1, 2])" in r["failed"], r
+    assert r["rto_events"] == 11
+    assert 3.8 <= r["failed_after_gone"] <= 4.6, r
+
+
+def test_peer_alive_a_slow_plane_and_a_dead_one_cost_no_failure() -> None:
+    # Two planes of four touched (the soak's limit): a 1/20 rate cut with
+    # seconds of queue and a plane down; the other two carry the messages.
+    r = scenario_peer_gone(seed=2, cut=20.0, peer_alive=True)
+    assert r["failed"] is None, r
+    assert r["acked_after_gone"] >= 100, r
