@@ -120,6 +120,11 @@ scenarios that motivate each):
    drops nothing, yet a busy host's late copies are declared lost by time;
    a sender QuickAdapt cut to two packets on such a loss grew back by one
    packet per RTT and finished its burst last. Never after a timeout.
+10. Growth at the measured rate on a tail-drop bottleneck
+   (``measured_growth``). While delay is the mark (deviation 1), the
+   proportional increase converts headroom at the rate delivered over the
+   last RTT when that is below the line rate: a line rate told 100x too
+   high refilled a 128 KB tbf queue past overflow after every cut.
 """
 
 from __future__ import annotations
@@ -181,6 +186,7 @@ class Nscc:
         trim_base: bool = True,
         trim_md: float = 0.25,
         trim_qa_rtts: float = 32.0,
+        measured_growth: bool = True,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
@@ -234,6 +240,7 @@ class Nscc:
         if trim_qa_rtts < 0:
             raise ValueError("trim_qa_rtts must be >= 0 (0: off)")
         self.trim_qa_rtts = trim_qa_rtts
+        self.measured_growth = measured_growth
         # Deviation 5: the marked fraction of the last whole RTT round.
         self._round_frac = 0.0
         # Deviation 4: the fraction of bytes acked with a mark, per RTT round,
@@ -352,6 +359,25 @@ class Nscc:
 
     def _update_pacer(self) -> None:
         self._pacer.rate = self._pacing_rate()
+
+    def _growth_rate(self, now: float) -> float:
+        """Deviation 10: the rate at which the proportional increase turns
+        queue headroom into window. UEC uses the line rate. On a tail-drop
+        bottleneck that never marks (deviation 1 on) the line rate the
+        connection was told may be far above the bottleneck's (a daemon left
+        at its 10 Gbit/s default on 100 Mbit/s links): headroom x line rate
+        then refilled the buffer past overflow within an RTT of every cut
+        (docs/congestion.md, "Plain tail-drop links"). There the rate the
+        connection delivered over the last RTT is used when lower: with a
+        queue standing it is the bottleneck's drain rate."""
+        if not (self.measured_growth and self._delay_is_mark):
+            return self.line_rate
+        return min(self.line_rate, self._delivery_rate(now))
+
+    def _delivery_rate(self, now: float) -> float:
+        """Bytes/s acknowledged over the last RTT (at least one MTU's worth)."""
+        period = max(self._rtt_est(), self._qa_period())
+        return max(self._delivered_since(now - period), self.mtu) / period
 
     def _delivered_since(self, start: float) -> int:
         return sum(b for t, b in self._delivered if t > start)
@@ -586,7 +612,7 @@ class Nscc:
                 self._counts["fast_inc"] += 1
             else:
                 # Grow by the queue headroom (in bytes) per RTT.
-                headroom = self.pi_gain * (target - d) * self.line_rate
+                headroom = self.pi_gain * (target - d) * self._growth_rate(now)
                 inc = fair + headroom * acked / self._cwnd
                 self._counts["proportional_inc"] += 1
         else:
