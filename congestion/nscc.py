@@ -125,6 +125,13 @@ scenarios that motivate each):
    proportional increase converts headroom at the rate delivered over the
    last RTT when that is below the line rate: a line rate told 100x too
    high refilled a 128 KB tbf queue past overflow after every cut.
+11. A host delay floor (``host_floor``). On a fabric that never marked or
+   trimmed, the lowest per-RTT minimum delay of the last ``FLOOR_RTTS``
+   RTTs is delay every packet meets (a busy host's event loops): maxwnd
+   covers it, and delay as the mark and its MD measure the queue above
+   it. It rises only while less than ``FULL_PIPE`` of the line rate is
+   delivered. Without it a 0-3 ms host kept a 100 Mbit/s tail-drop link
+   at 0.4 of the 10 ms bins at speed (docs/congestion.md).
 """
 
 from __future__ import annotations
@@ -141,6 +148,10 @@ _LOSS, _RISE = 2.0, 1.0  # deviation 1's per-RTT flags
 #: Deviation 9: a QuickAdapt cut can be undone for this many RTTs after the
 #: last loss behind it (the time a late copy's SACK may take to come).
 UNDO_RTTS = 2.0
+#: Deviation 11: whole RTTs over which the host delay floor is the lowest delay.
+FLOOR_RTTS = 8
+#: ... and stops rising once the connection delivers this share of its line rate.
+FULL_PIPE = 0.85
 
 
 class Nscc:
@@ -187,6 +198,7 @@ class Nscc:
         trim_md: float = 0.25,
         trim_qa_rtts: float = 32.0,
         measured_growth: bool = True,
+        host_floor: bool = True,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
@@ -211,6 +223,8 @@ class Nscc:
         # Deviation 8: how many connections of this host are sending now
         # (``set_senders``); they share one maxwnd.
         self._senders = 1
+        # Deviation 11: the host delay floor (``_set_floor``), seconds.
+        self._floor = 0.0
         self._set_base(base_rtt)
         self.md_gain = md_gain
         self.md_floor = md_floor
@@ -241,6 +255,7 @@ class Nscc:
             raise ValueError("trim_qa_rtts must be >= 0 (0: off)")
         self.trim_qa_rtts = trim_qa_rtts
         self.measured_growth = measured_growth
+        self.host_floor = host_floor
         # Deviation 5: the marked fraction of the last whole RTT round.
         self._round_frac = 0.0
         # Deviation 4: the fraction of bytes acked with a mark, per RTT round,
@@ -332,11 +347,13 @@ class Nscc:
         mean = sum(pm.values()) / len(pm) if pm else base
         pipe_rtt = mean if mean > 1.5 * base else base
         self.bdp = max(self.line_rate * pipe_rtt, float(self.mtu))
+        # Deviation 11: the pipe also holds the host delay every packet meets.
+        pipe = self.bdp + self.line_rate * self._floor
         self.target_delay = base / 2 if self._target_cfg is None else self._target_cfg
         self.qa_delay = 4 * self.target_delay if self._qa_cfg is None else self._qa_cfg
         self.fi_delay = self.target_delay / 10 if self._fi_cfg is None else self._fi_cfg
         self.max_window = max(max(self.max_bdp_factor * self.bdp,
-                                  self.bdp + self.line_rate * self.target_delay) / self._senders,
+                                  pipe + self.line_rate * self.target_delay) / self._senders,
                               self.min_window)
 
     def _clamp(self, w: float) -> float:
@@ -440,11 +457,43 @@ class Nscc:
         """Deviation 1's history: the highest queueing delay per RTT."""
         calm = self._calm
         if not calm or now >= calm[-1][0] + self._rtt_est():
-            calm.append([now, d, 0.0])
+            calm.append([now, d, 0.0, d])
             while len(calm) > self.calm_rtts + 2:
                 calm.popleft()
-        elif d > calm[-1][1]:
-            calm[-1][1] = d
+            if self.host_floor:
+                self._set_floor()
+        else:
+            last = calm[-1]
+            if d > last[1]:
+                last[1] = d
+            if d < last[3]:
+                last[3] = d
+
+    def _set_floor(self) -> None:
+        """Deviation 11: the delay every packet met over the last
+        ``FLOOR_RTTS`` whole RTTs (the lowest per-RTT minimum), on a fabric
+        that never marked or trimmed. A busy host's scheduling delay (its
+        sends and its peer's ACKs waiting for an event loop) lengthens every
+        round trip, not only the first ones that set the base RTT; a window
+        capped at the base RTT's BDP + target then left a tail-drop link
+        idle (docs/congestion.md, "Plain tail-drop links"). maxwnd covers
+        this floor too, and delay as the mark (deviation 1) measures the
+        queue above it. A queue standing that long would lift the floor as
+        well and the window with it, to the buffer: so the floor only rises
+        while the connection delivers less than ``FULL_PIPE`` of its line
+        rate (a full pipe's extra delay is a queue). Any per-RTT minimum
+        lower than the floor brings it down at once."""
+        calm = self._calm
+        n = len(calm) - 1  # whole RTTs only
+        floor = 0.0
+        if n >= FLOOR_RTTS and not self._fabric_signals:
+            floor = min(calm[i][3] for i in range(n - FLOOR_RTTS, n))
+        if floor > self._floor and \
+                self._delivery_rate(calm[-1][0]) >= FULL_PIPE * self.line_rate:
+            return  # the pipe is full at the told rate: more delay is a queue
+        if floor != self._floor:
+            self._floor = floor
+            self._set_base(self.base_rtt)
 
     def _calm_ceiling(self) -> float:
         """The highest delay the path carried without loss: over the last
@@ -471,7 +520,7 @@ class Nscc:
         # One RTT of marks describes one queue, not many: at most one cut per
         # measured RTT, sized by the filtered delay (a single late packet
         # does not decide how much to cut).
-        avg, target = self._avg_delay, self.target_delay
+        avg, target = self._avg_delay - self._floor, self.target_delay
         if avg <= target or now - self._last_md < self._rtt_est():
             return
         # Deviation 4: sized by how much of the traffic was marked (delay as
@@ -579,7 +628,7 @@ class Nscc:
                     return
 
         target = self.target_delay
-        marked = sample.ecn or (self._delay_is_mark and d >= target)
+        marked = sample.ecn or (self._delay_is_mark and d - self._floor >= target)
         if marked:
             self._fi_bytes = 0.0
             if sample.ecn and self.shared_marks and \
