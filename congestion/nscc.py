@@ -129,8 +129,8 @@ scenarios that motivate each):
    trimmed, the lowest per-RTT minimum delay of the last ``FLOOR_RTTS``
    RTTs is delay every packet meets (a busy host's event loops): maxwnd
    covers it, and delay as the mark and its MD measure the queue above
-   it. It rises only while less than ``FULL_PIPE`` of the line rate is
-   delivered. Without it a 0-3 ms host kept a 100 Mbit/s tail-drop link
+   it. It rises only while the window binds and less than ``FULL_PIPE`` of
+   the line rate is delivered. Without it a 0-3 ms host kept a 100 Mbit/s tail-drop link
    at 0.4 of the 10 ms bins at speed (docs/congestion.md).
 """
 
@@ -480,17 +480,21 @@ class Nscc:
         this floor too, and delay as the mark (deviation 1) measures the
         queue above it. A queue standing that long would lift the floor as
         well and the window with it, to the buffer: so the floor only rises
-        while the connection delivers less than ``FULL_PIPE`` of its line
-        rate (a full pipe's extra delay is a queue). Any per-RTT minimum
-        lower than the floor brings it down at once."""
+        while the window binds and the connection delivers less than
+        ``FULL_PIPE`` of its line rate. Any per-RTT minimum lower than the
+        floor brings it down at once."""
         calm = self._calm
         n = len(calm) - 1  # whole RTTs only
         floor = 0.0
         if n >= FLOOR_RTTS and not self._fabric_signals:
             floor = min(calm[i][3] for i in range(n - FLOOR_RTTS, n))
-        if floor > self._floor and \
-                self._delivery_rate(calm[-1][0]) >= FULL_PIPE * self.line_rate:
-            return  # the pipe is full at the told rate: more delay is a queue
+        if floor > self._floor and (
+                not (self._blocked or self._prev_blocked)
+                or self._delivery_rate(calm[-1][0]) >= FULL_PIPE * self.line_rate):
+            # Only while the window holds the sender back (the case this
+            # exists for) and the pipe is not full at the told rate (a full
+            # pipe's extra delay is a queue).
+            return
         if floor != self._floor:
             self._floor = floor
             self._set_base(self.base_rtt)
@@ -818,6 +822,7 @@ class Nscc:
             "target_delay": self.target_delay,
             "delay_is_mark": float(self._delay_is_mark),
             "calm_delay": self._calm_ceiling(),
+            "host_floor": self._floor,
             "mark_alpha": self._mark_alpha,
             "host_senders": float(self._senders),
         }
