@@ -128,10 +128,11 @@ scenarios that motivate each):
 11. A host delay floor (``host_floor``). On a fabric that never marked or
    trimmed, the lowest per-RTT minimum delay of the last ``FLOOR_RTTS``
    RTTs is delay every packet meets (a busy host's event loops): maxwnd
-   covers it, and delay as the mark and its MD measure the queue above
-   it. It rises only while the window binds and less than ``FULL_PIPE`` of
-   the line rate is delivered. Without it a 0-3 ms host kept a 100 Mbit/s tail-drop link
-   at 0.4 of the 10 ms bins at speed (docs/congestion.md).
+   covers it (BDP + line rate x (floor + target)). It rises only while the
+   window binds, less than ``FULL_PIPE`` of the line rate is delivered and
+   no loss came in the last ``calm_rtts`` RTTs. Without it a 0-3 ms host
+   kept a 100 Mbit/s tail-drop link at speed in 0.4% of its 10 ms bins
+   (docs/congestion.md).
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ UNDO_RTTS = 2.0
 #: Deviation 11: whole RTTs over which the host delay floor is the lowest delay.
 FLOOR_RTTS = 8
 #: ... and stops rising once the connection delivers this share of its line rate.
-FULL_PIPE = 0.85
+FULL_PIPE = 0.75
 
 
 class Nscc:
@@ -477,12 +478,15 @@ class Nscc:
         round trip, not only the first ones that set the base RTT; a window
         capped at the base RTT's BDP + target then left a tail-drop link
         idle (docs/congestion.md, "Plain tail-drop links"). maxwnd covers
-        this floor too, and delay as the mark (deviation 1) measures the
-        queue above it. A queue standing that long would lift the floor as
-        well and the window with it, to the buffer: so the floor only rises
-        while the window binds and the connection delivers less than
-        ``FULL_PIPE`` of its line rate. Any per-RTT minimum lower than the
-        floor brings it down at once."""
+        this floor too. Only maxwnd: the quadrants and delay as the mark
+        still read the delay above the base RTT (senders sharing one
+        tail-drop port see their queue as a floor too, and measured above
+        it they filled the buffer: sim incast4, 0.15% -> 27.7% dropped).
+        A queue standing that long would lift the floor and the window with
+        it, so the floor rises only while the window binds, the connection
+        delivers less than ``FULL_PIPE`` of its line rate, and no loss came
+        in the last ``calm_rtts`` RTTs. Any lower per-RTT minimum brings it
+        down at once."""
         calm = self._calm
         n = len(calm) - 1  # whole RTTs only
         floor = 0.0
@@ -490,10 +494,13 @@ class Nscc:
             floor = min(calm[i][3] for i in range(n - FLOOR_RTTS, n))
         if floor > self._floor and (
                 not (self._blocked or self._prev_blocked)
-                or self._delivery_rate(calm[-1][0]) >= FULL_PIPE * self.line_rate):
+                or self._delivery_rate(calm[-1][0]) >= FULL_PIPE * self.line_rate
+                or any(b[2] == _LOSS for b in calm)):
             # Only while the window holds the sender back (the case this
-            # exists for) and the pipe is not full at the told rate (a full
-            # pipe's extra delay is a queue).
+            # exists for), the pipe is not full at the told rate (a full
+            # pipe's extra delay is a queue) and no loss came in the last
+            # ``calm_rtts`` RTTs (senders sharing a tail-drop port each
+            # deliver a fraction of their rate: their delay is that queue).
             return
         if floor != self._floor:
             self._floor = floor
@@ -524,7 +531,7 @@ class Nscc:
         # One RTT of marks describes one queue, not many: at most one cut per
         # measured RTT, sized by the filtered delay (a single late packet
         # does not decide how much to cut).
-        avg, target = self._avg_delay - self._floor, self.target_delay
+        avg, target = self._avg_delay, self.target_delay
         if avg <= target or now - self._last_md < self._rtt_est():
             return
         # Deviation 4: sized by how much of the traffic was marked (delay as
@@ -632,7 +639,7 @@ class Nscc:
                     return
 
         target = self.target_delay
-        marked = sample.ecn or (self._delay_is_mark and d - self._floor >= target)
+        marked = sample.ecn or (self._delay_is_mark and d >= target)
         if marked:
             self._fi_bytes = 0.0
             if sample.ecn and self.shared_marks and \
