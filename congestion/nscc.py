@@ -130,9 +130,9 @@ scenarios that motivate each):
    RTTs is delay every packet meets (a busy host's event loops): maxwnd
    covers it (BDP + line rate x (floor + target)). It rises only while the
    window binds, less than ``FULL_PIPE`` of the line rate is delivered and
-   no loss came in the last ``calm_rtts`` RTTs. Without it a 0-3 ms host
-   kept a 100 Mbit/s tail-drop link at speed in 0.4% of its 10 ms bins
-   (docs/congestion.md).
+   no loss came in the last ``calm_rtts`` RTTs, and never above
+   ``qa_delay``. Without it a 0-3 ms host kept a 100 Mbit/s tail-drop link
+   at speed in 0.4% of its 10 ms bins (docs/congestion.md).
 """
 
 from __future__ import annotations
@@ -491,7 +491,10 @@ class Nscc:
         n = len(calm) - 1  # whole RTTs only
         floor = 0.0
         if n >= FLOOR_RTTS and not self._fabric_signals:
-            floor = min(calm[i][3] for i in range(n - FLOOR_RTTS, n))
+            # Never above QuickAdapt's delay trigger: more than that is no
+            # host's scheduling delay but a queue (at a fabric's base RTT the
+            # target, and so this cap, is microseconds).
+            floor = min(min(calm[i][3] for i in range(n - FLOOR_RTTS, n)), self.qa_delay)
         if floor > self._floor and (
                 not (self._blocked or self._prev_blocked)
                 or self._delivery_rate(calm[-1][0]) >= FULL_PIPE * self.line_rate
