@@ -131,8 +131,11 @@ scenarios that motivate each):
    covers it (BDP + line rate x (floor + target)). It rises only while the
    window binds, less than ``FULL_PIPE`` of the line rate is delivered and
    no loss came in the last ``calm_rtts`` RTTs, and never above
-   ``qa_delay``. Without it a 0-3 ms host kept a 100 Mbit/s tail-drop link
-   at speed in 0.4% of its 10 ms bins (docs/congestion.md).
+   ``qa_delay``. Off by default: on, senders sharing a non-marking queue
+   still read part of it as a floor (sim: a dead spine's plane parked 3
+   times instead of <= 2; a twin-resend message waited 20 ms, not < 17).
+   Without it a 0-3 ms host kept a 100 Mbit/s tail-drop link at speed in
+   0.4% of its 10 ms bins (docs/congestion.md).
 """
 
 from __future__ import annotations
@@ -199,7 +202,7 @@ class Nscc:
         trim_md: float = 0.25,
         trim_qa_rtts: float = 32.0,
         measured_growth: bool = True,
-        host_floor: bool = True,
+        host_floor: bool = False,
     ) -> None:
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
