@@ -24,6 +24,7 @@ tests/unit/test_scenarios_taildrop.py and ``braid bench sim``.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from typing import Any
 
 from testbed.sim.driver import Simulator
@@ -59,13 +60,18 @@ def taildrop_fabric(*, planes: int = 2, rate: float = PLANE_RATE, buffer: int = 
 
 def run_stream(fab: Fabric, *, duration: float = 3.0, msg_size: int = 64 << 10,
                depth: int = 64, warmup: float = 0.2, seed: int = 1,
-               plane_rate: float | None = None, **cfg: Any) -> dict[str, Any]:
+               plane_rate: float | None = None, host_floor: bool = True,
+               **cfg: Any) -> dict[str, Any]:
     """One pipelined stream a -> b for ``duration`` virtual s; figures over
     [start + warmup, end]. Per-bin bytes are DATA wire bytes delivered to b
-    (resends included: the link carried them)."""
+    (resends included: the link carried them). ``host_floor``: NSCC's
+    deviation 11, on here unless told otherwise (the daemon leaves it off)."""
     sim = Simulator(fab)
     told = fab.link("spine", "b", 0, 0).rate if plane_rate is None else plane_rate
     config = host_config(fab, plane_rate=told, seed=seed, **cfg)
+    # NSCC deviation 11 (off by default: docs/congestion.md, "Plain tail-drop links").
+    config = replace(config, congestion_params={**config.congestion_params,
+                                                "host_floor": host_floor})
     a, b = connect_pair(sim, "a", "b", config=config)
     b.keep_data = False
     _establish(sim, a, b, limit=0.5)

@@ -25,12 +25,21 @@ def _check_holds_rate(r: dict[str, object]) -> None:
 
 @pytest.mark.parametrize("planes", [1, 2])
 def test_taildrop_link_with_host_jitter_holds_its_rate(planes: int) -> None:
-    # Before the host delay floor (NSCC deviation 11), 1 plane: the window
-    # stayed capped at BDP + target (50 KB) while every round trip carried
-    # up to 6 ms of host delay: 0.4% of the bins at speed (2 planes: 34%).
+    # With the host delay floor (NSCC deviation 11, ``host_floor``).
     r = T.scenario_taildrop_jitter(planes=planes, jitter=3e-3)
     _check_holds_rate(r)
     assert r["first_at_speed"] <= 0.5, r
+
+
+def test_without_the_host_delay_floor_the_window_cap_idles_the_link() -> None:
+    # The daemon's default (``host_floor`` off: it costs the shared-queue
+    # scenarios, docs/congestion.md): the window stays capped at BDP +
+    # target (50 KB) while every round trip carries up to 6 ms of host
+    # delay, and the link is at speed in 0.4% of its 10 ms bins. This is
+    # the open part of the finding; the test says so until it is fixed.
+    r = T.scenario_taildrop_jitter(planes=1, jitter=3e-3, host_floor=False)
+    assert not r["failed"] and r["resend_fraction"] <= 0.01, r
+    assert r["bins_at_speed"] < 0.90, r
 
 
 def test_taildrop_link_without_host_jitter_holds_its_rate() -> None:
