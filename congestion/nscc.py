@@ -96,6 +96,8 @@ class Nscc(NsccDeviations):
         self.trim_quiet_qa = p.trim_quiet_qa
         self.host_share = p.host_share
         self.spurious_undo = p.spurious_undo
+        self.measured_growth = p.measured_growth
+        self.host_floor = p.host_floor
         self.quick_adapt_floor = p.quick_adapt_floor
         self.filtered_qa_trigger = p.filtered_qa_trigger
         self.measured_rtt_periods = p.measured_rtt_periods
@@ -120,6 +122,8 @@ class Nscc(NsccDeviations):
         # Deviation 8: how many connections of this host are sending now
         # (``set_senders``); they share one maxwnd.
         self._senders = 1
+        self.calm_rtts = int(p.calm_rtts)
+        self._init_deviations()
         self._set_base(base_rtt)
         self.md_gain = p.md_gain
         self.md_floor = p.md_floor
@@ -131,12 +135,10 @@ class Nscc(NsccDeviations):
         self.pacing_gain = p.pacing_gain
         self.probe_gain = p.probe_gain
         self.quiet_rtts = p.quiet_rtts
-        self.calm_rtts = int(p.calm_rtts)
         self.mark_gain = p.mark_gain
         self.pervasive_marks = p.pervasive_marks
         self.trim_md = p.trim_md
         self.trim_qa_rtts = p.trim_qa_rtts
-        self._init_deviations()
 
         init = self.bdp if p.initial_window is None else float(p.initial_window)
         self._cwnd = self._clamp(init)
@@ -208,6 +210,10 @@ class Nscc(NsccDeviations):
             # Deviation 3: a software host's 2 ms target on a 0.3 ms fabric
             # could otherwise never fill the pipe at the RTT it accepts.
             cap = max(cap, self.bdp + self.line_rate * self.target_delay)
+        if self.host_floor and self._floor > 0:
+            # Deviation 11: the pipe also holds the host delay every packet meets.
+            over = self._floor + (self.target_delay if self.maxwnd_covers_target else 0.0)
+            cap = max(cap, self.bdp + self.line_rate * over)
         self.max_window = max(cap / self._senders, self.min_window)
 
     def _clamp(self, w: float) -> float:
@@ -367,8 +373,11 @@ class Nscc(NsccDeviations):
         if base is None or rtt < base:
             self._plane_base[sample.plane] = base = rtt
         d = max(rtt - base, 0.0)
+        if self.host_floor:
+            self._floor_on_delay(now, d)  # deviation 11
         if self.loss_as_mark:
-            self._note_delay(now, d)  # deviation 1
+            if self._delay_sink is not None:
+                self._delay_sink(now, d, self._rtt_est())  # deviation 1
             if self._delay_is_mark and d > REVOKE_FACTOR * self._mark_level:
                 self._mark_revoke()
         if now < self._hold_until:
@@ -416,7 +425,10 @@ class Nscc(NsccDeviations):
                 self._counts["fast_inc"] += 1
             else:
                 # Grow by the queue headroom (in bytes) per RTT.
-                headroom = self.pi_gain * (target - d) * self.line_rate
+                rate = self.line_rate
+                if self.measured_growth:
+                    rate = self._measured_growth_rate(now)  # deviation 10
+                headroom = self.pi_gain * (target - d) * rate
                 inc = fair + headroom * acked / self._cwnd
                 self._counts["proportional_inc"] += 1
         else:
@@ -462,12 +474,18 @@ class Nscc(NsccDeviations):
             self._quick_adapt(now)
         self._update_pacer()
 
-    def on_loss(self, *, now: float, lost_bytes: int) -> None:
+    def on_loss(self, *, now: float, lost_bytes: int, overflow: float | None = None) -> None:
+        """``overflow``: the loss classifier's answer (transport/loss_policy.py)
+        when it judged these losses a tail-drop buffer overflowing, the
+        queueing delay it overflowed at; None when not (or when no classifier
+        keeps the history). Read only by deviation 1."""
         self._counts["lost_bytes"] += lost_bytes
         self._last_signal = now
         self._fi_bytes = 0.0
-        if self.loss_as_mark:
-            self._mark_on_loss(lost_bytes)  # deviation 1
+        if self.host_floor:
+            self._floor_on_loss()  # deviation 11
+        if self.loss_as_mark and overflow is not None:
+            self._mark_on_overflow(lost_bytes, overflow)  # deviation 1
         before = self._cwnd
         self._quick_adapt(now)
         if self.spurious_undo:
@@ -521,7 +539,7 @@ class Nscc(NsccDeviations):
             "base_rtt": self.base_rtt,
             "target_delay": self.target_delay,
             "delay_is_mark": float(self._delay_is_mark),
-            "calm_delay": self._calm_ceiling(),
+            "host_floor": self._floor,
             "mark_alpha": self._mark_alpha,
             "host_senders": float(self._senders),
         }

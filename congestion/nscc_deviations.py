@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 #: Deviation 1 stands down when a delay sample exceeds this many times the
 #: delay of the RTT whose loss turned it on (no tail-drop buffer caps it).
 REVOKE_FACTOR = 1.25
-_LOSS, _RISE = 2.0, 1.0  # deviation 1's per-RTT flags
 #: Deviation 9: a QuickAdapt cut can be undone for this many RTTs after the
 #: last loss behind it (the time a late copy's SACK may take to come).
 UNDO_RTTS = 2.0
+#: Deviation 11: whole RTTs over which the host delay floor is the lowest delay.
+FLOOR_RTTS = 8
+#: ... and stops rising once the connection delivers this share of its line rate.
+FULL_PIPE = 0.75
 
 
 class NsccDeviations:
@@ -32,7 +36,15 @@ class NsccDeviations:
     _avg_delay: float
     _counts: dict[str, float]
     _plane_base: dict[int, float]
+    _blocked: bool
+    _prev_blocked: bool
+    loss_as_mark: bool
+    host_floor: bool
+    mtu: int
+    line_rate: float
+    base_rtt: float
     target_delay: float
+    qa_delay: float
     md_gain: float
     md_floor: float
     calm_rtts: int
@@ -49,18 +61,26 @@ class NsccDeviations:
     def _update_pacer(self) -> None:
         raise NotImplementedError
 
+    def _qa_period(self) -> float:
+        raise NotImplementedError
+
+    def _delivered_since(self, start: float) -> int:
+        raise NotImplementedError
+
+    def _set_base(self, base: float) -> None:
+        raise NotImplementedError
+
     def _init_deviations(self) -> None:
         # Deviation 1: has the fabric ever signalled congestion itself (an
         # ECN mark or a trim)? If not, and it drops packets with a queue
         # behind them, delay above target is the mark.
         self._fabric_signals = False
         self._delay_is_mark = False
-        # ... and only a loss with more queueing delay than the path carried
-        # without loss counts (a random loss on a host whose scheduling delay
-        # sits above the target does not). Per RTT-long bucket: [start,
-        # highest delay sample, _LOSS if a loss was reported in it, _RISE if
-        # its delay rose to one, else 0].
-        self._calm: deque[list[float]] = deque()
+        # ... and only a loss the loss classifier judges a tail-drop
+        # overflow counts (transport/loss_policy.py, ``LossHistory``: more
+        # queueing delay than the path carried without loss). It hears each
+        # ACK's delay through this sink (``report_delays``).
+        self._delay_sink: Callable[[float, float, float], None] | None = None
         # The highest delay of the RTTs whose loss made delay the mark: a
         # tail-drop buffer overflowed there, so it caps the queue.
         self._mark_level = 0.0
@@ -85,31 +105,26 @@ class NsccDeviations:
         self._undo_cwnd: float | None = None
         self._undo_bytes = 0
         self._undo_until = -math.inf
+        # Deviation 11: the host delay floor (``_floor_on_delay``), seconds,
+        # and its history: per RTT-long bucket [start, lowest delay sample,
+        # 1 if a loss was reported in it], as many as deviation 1 keeps.
+        self._floor = 0.0
+        self._floor_rtts: deque[list[float]] = deque()
 
     # -- 1. loss as the mark on a fabric that never marks --------------------------
 
-    def _note_delay(self, now: float, d: float) -> None:
-        """Deviation 1's history: the highest queueing delay per RTT."""
-        calm = self._calm
-        if not calm or now >= calm[-1][0] + self._rtt_est():
-            calm.append([now, d, 0.0])
-            while len(calm) > self.calm_rtts + 2:
-                calm.popleft()
-        elif d > calm[-1][1]:
-            calm[-1][1] = d
+    def report_delays(self, sink: Callable[[float, float, float], None] | None) -> None:
+        """Hand each ACK's queueing delay to ``sink(now, delay, rtt)`` (the
+        connection's loss classifier keeps the per-RTT history that judges a
+        loss a tail-drop overflow: transport/loss_policy.py). Only while
+        deviation 1 is on: without it no loss is read as an overflow."""
+        self._delay_sink = sink if self.loss_as_mark else None
 
-    def _calm_ceiling(self) -> float:
-        """The highest delay the path carried without loss: over the last
-        ``calm_rtts`` RTTs, leaving out the current and the previous RTT (the
-        loss's own), every RTT with a loss, and the RTTs of a delay rising
-        to one (a queue filling up to the drop). 0 when there is no such RTT,
-        or when at least half of those RTTs had a loss (the path does not
-        carry its delay without loss): every loss with a queue then counts."""
-        calm = self._calm
-        n = len(calm) - 2
-        if n <= 0 or 2 * sum(1 for i in range(n) if calm[i][2] == _LOSS) >= n:
-            return 0.0
-        return max((calm[i][1] for i in range(n) if not calm[i][2]), default=0.0)
+    @property
+    def queue_level(self) -> float:
+        """The queueing delay behind a loss reported now: the last ACK's or
+        the filtered one, whichever is higher (seconds)."""
+        return max(self._delay, self._avg_delay)
 
     def _mark_revoke(self) -> None:
         # A delay sample well above (REVOKE_FACTOR x) the delay of the drop
@@ -120,34 +135,19 @@ class NsccDeviations:
         self._delay_is_mark = False
         self._counts["mark_revoked"] += 1
 
-    def _mark_on_loss(self, lost_bytes: int) -> None:
-        calm = self._calm
-        if calm:
-            # This RTT had a loss, and the RTTs of a delay rising to it (each
-            # one's peak above the one before) were the queue filling up.
-            calm[-1][2] = _LOSS
-            j = len(calm) - 2
-            if j >= 0 and not calm[j][2]:
-                calm[j][2] = _RISE
-            while j > 0 and calm[j - 1][1] < calm[j][1] and not calm[j - 1][2]:
-                calm[j - 1][2] = _RISE
-                j -= 1
-        level = max(self._delay, self._avg_delay)
-        if level >= self.target_delay and level > self._calm_ceiling():
-            # A loss with a queue behind it, and more of it than the path
-            # carried without loss: a tail-drop bottleneck overflowing, if
-            # the fabric never marked or trimmed. A loss within the delay the
-            # path carries anyway (a busy host's scheduling delay) says
-            # nothing about a queue.
-            peak = max((b[1] for b in list(calm)[-2:]), default=0.0)
-            if not self._fabric_signals:
-                if not self._delay_is_mark:
-                    self._mark_level = 0.0
-                    self._mark_bytes = 0
-                self._delay_is_mark = True
-                self._mark_level = max(self._mark_level, max(level, peak))
-            if self._delay_is_mark:
-                self._mark_bytes += lost_bytes
+    def _mark_on_overflow(self, lost_bytes: int, level: float) -> None:
+        # The loss classifier judged these losses a tail-drop bottleneck
+        # overflowing at queueing delay ``level``: more queue behind them
+        # than the path carried without loss. If the fabric never marked or
+        # trimmed, delay above target is the mark from now on.
+        if not self._fabric_signals:
+            if not self._delay_is_mark:
+                self._mark_level = 0.0
+                self._mark_bytes = 0
+            self._delay_is_mark = True
+            self._mark_level = max(self._mark_level, level)
+        if self._delay_is_mark:
+            self._mark_bytes += lost_bytes
 
     def _mark_on_spurious(self, lost_bytes: int) -> None:
         # Deviation 1 stands down when every loss that turned it on (or kept
@@ -258,3 +258,81 @@ class NsccDeviations:
                 self._counts["qa_undone"] += 1
                 self._update_pacer()
             self._undo_cwnd = None
+
+    # -- 10. growth at the measured rate on a tail-drop bottleneck -------------------
+
+    def _delivery_rate(self, now: float) -> float:
+        """Bytes/s acknowledged over the last RTT (at least one MTU's worth)."""
+        period = max(self._rtt_est(), self._qa_period())
+        return max(self._delivered_since(now - period), self.mtu) / period
+
+    def _measured_growth_rate(self, now: float) -> float:
+        """The rate at which the proportional increase turns queue headroom
+        into window. UEC uses the line rate. On a tail-drop bottleneck that
+        never marks (delay is the mark, deviation 1) the line rate the
+        connection was told may be far above the bottleneck's (a daemon left
+        at its 10 Gbit/s default on 100 Mbit/s links): headroom x line rate
+        then refilled the buffer past overflow within an RTT of every cut
+        (docs/congestion.md, "Plain tail-drop links"). There the rate the
+        connection delivered over the last RTT is used when lower: with a
+        queue standing it is the bottleneck's drain rate."""
+        if not self._delay_is_mark:
+            return self.line_rate
+        return min(self.line_rate, self._delivery_rate(now))
+
+    # -- 11. a host delay floor -------------------------------------------------------
+
+    def _floor_on_delay(self, now: float, d: float) -> None:
+        """Per RTT, the lowest queueing delay; at each new RTT the floor is
+        reconsidered (``_set_floor``)."""
+        rtts = self._floor_rtts
+        if not rtts or now >= rtts[-1][0] + self._rtt_est():
+            rtts.append([now, d, 0.0])
+            while len(rtts) > self.calm_rtts + 2:
+                rtts.popleft()
+            self._set_floor()
+        elif d < rtts[-1][1]:
+            rtts[-1][1] = d
+
+    def _floor_on_loss(self) -> None:
+        if self._floor_rtts:
+            self._floor_rtts[-1][2] = 1.0
+
+    def _set_floor(self) -> None:
+        """The delay every packet met over the last ``FLOOR_RTTS`` whole RTTs
+        (the lowest per-RTT minimum), on a fabric that never marked or
+        trimmed. A busy host's scheduling delay (its sends and its peer's
+        ACKs waiting for an event loop) lengthens every round trip, not only
+        the first ones that set the base RTT; a window capped at the base
+        RTT's BDP + target then left a tail-drop link idle
+        (docs/congestion.md, "Plain tail-drop links"). maxwnd covers this
+        floor too. Only maxwnd: the quadrants and delay as the mark still
+        read the delay above the base RTT (senders sharing one tail-drop
+        port see their queue as a floor too, and measured above it they
+        filled the buffer: sim incast4, 0.15% -> 27.7% dropped). A queue
+        standing that long would lift the floor and the window with it, so
+        the floor rises only while the window binds, the connection delivers
+        less than ``FULL_PIPE`` of its line rate, and no loss came in the
+        last ``calm_rtts`` RTTs. Any lower per-RTT minimum brings it down at
+        once."""
+        rtts = self._floor_rtts
+        n = len(rtts) - 1  # whole RTTs only
+        floor = 0.0
+        if n >= FLOOR_RTTS and not self._fabric_signals:
+            # Never above QuickAdapt's delay trigger: more than that is no
+            # host's scheduling delay but a queue (at a fabric's base RTT the
+            # target, and so this cap, is microseconds).
+            floor = min(min(rtts[i][1] for i in range(n - FLOOR_RTTS, n)), self.qa_delay)
+        if floor > self._floor and (
+                not (self._blocked or self._prev_blocked)
+                or self._delivery_rate(rtts[-1][0]) >= FULL_PIPE * self.line_rate
+                or any(b[2] for b in rtts)):
+            # Only while the window holds the sender back (the case this
+            # exists for), the pipe is not full at the told rate (a full
+            # pipe's extra delay is a queue) and no loss came in the last
+            # ``calm_rtts`` RTTs (senders sharing a tail-drop port each
+            # deliver a fraction of their rate: their delay is that queue).
+            return
+        if floor != self._floor:
+            self._floor = floor
+            self._set_base(self.base_rtt)

@@ -24,6 +24,8 @@ DEVIATIONS: tuple[str, ...] = (
     "trim_quiet_qa",            # 7
     "host_share",               # 8
     "spurious_undo",            # 9
+    "measured_growth",          # 10
+    "host_floor",               # 11
     "quick_adapt_floor",
     "filtered_qa_trigger",
     "measured_rtt_periods",
@@ -101,6 +103,14 @@ class NsccParams:
     host_share: bool = True
     #: 9. A QuickAdapt cut whose losses all prove spurious is undone.
     spurious_undo: bool = True
+    #: 10. While delay is the mark (deviation 1), the proportional increase
+    #: converts headroom at the rate delivered over the last RTT when that is
+    #: below the line rate (UEC: at the line rate).
+    measured_growth: bool = True
+    #: 11. On a fabric that never marked or trimmed, maxwnd also covers the
+    #: host delay floor: the lowest per-RTT minimum delay of the last
+    #: ``FLOOR_RTTS`` RTTs (off by default: docs/congestion.md).
+    host_floor: bool = False
     #: QuickAdapt never cuts below ``qa_floor`` × maxwnd (UEC: one MTU).
     quick_adapt_floor: bool = True
     qa_floor: float = 0.0625
@@ -140,7 +150,8 @@ class NsccParams:
     @classmethod
     def braid(cls) -> NsccParams:
         """Braid's NSCC: every deviation that is on by default on (deviation 4
-        is on with ``mark_gain`` 0, which sizes every MD as UEC does)."""
+        is on with ``mark_gain`` 0, which sizes every MD as UEC does;
+        deviation 11, ``host_floor``, is off)."""
         return cls()
 
     @classmethod

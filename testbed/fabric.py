@@ -15,8 +15,10 @@ Per testbed (prefix ``br<name>-``):
   or ask for it, or where eBPF cannot load — by one userspace element process
   (``testbed.element``) per plane.
 
-Links without an element are plain veth pairs shaped by tc tbf (via pyroute2)
-on both ends; with an element the element's emulated queue shapes them.
+Links without an element (``taildrop = true`` asks for that explicitly) are
+plain veth pairs shaped by tc tbf (via pyroute2) on both ends, ``limit`` =
+the port's buffer: a tail-drop queue, no trim, no ECN (``qdisc_stats`` reads
+their drop counters); with an element the element's emulated queue shapes them.
 """
 
 from __future__ import annotations
@@ -227,6 +229,32 @@ class Testbed:
 
     def ebpf(self, plane: int) -> EbpfPlane:
         return EbpfPlane(self.run_dir, plane, self.prefix + self.wire_node(plane))
+
+    def qdisc_stats(self) -> dict[str, dict[str, int]]:
+        """Per shaped plain link port ('h0:p1/up' is the host's egress, '/down'
+        the switch's towards the host): the tbf's counters from ``tc -s``
+        (``sent_packets``, ``sent_bytes``, ``drops``, ``overlimits``,
+        ``backlog``). A tail-drop link's drops are here and nowhere else: the
+        sender's send() succeeded."""
+        out: dict[str, dict[str, int]] = {}
+        for link in self.topo.links:
+            if link.element:
+                continue
+            for d, node, ifname in (("up", link.a, link.a_if), ("down", link.b, link.b_if)):
+                r = nsutil.run(self.prefix + node, ["tc", "-s", "-j", "qdisc", "show", "dev",
+                                                    ifname], capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise TestbedError(f"tc -s qdisc show dev {ifname} failed: "
+                                       f"{r.stderr.strip()}")
+                for q in json.loads(r.stdout or "[]"):
+                    if q.get("kind") in ("tbf", "netem"):
+                        out[f"{link.name}/{d}"] = {
+                            "sent_packets": int(q.get("packets", 0)),
+                            "sent_bytes": int(q.get("bytes", 0)),
+                            "drops": int(q.get("drops", 0)),
+                            "overlimits": int(q.get("overlimits", 0)),
+                            "backlog": int(q.get("backlog", 0))}
+        return out
 
     def elements_alive(self) -> dict[int, bool]:
         """Plane -> is its link element process running."""

@@ -34,8 +34,11 @@ from testbed.units import parse_duration, parse_rate, parse_ratio, parse_size
 
 #: Keys that may appear at any level of [link] (defaults, class, one link, direction).
 PORT_KEYS = ("rate", "buffer", "delay", "loss", "trim", "ecn", "last_hop")
-LINK_KEYS = ("mtu", "element")
+LINK_KEYS = ("mtu", "element", "taildrop")
 #: element = "ebpf" | "userspace" picks the link element's implementation.
+#: taildrop = true: a plain router port, as a new user's first links are: tc
+#: tbf with a ``buffer``-byte tail-drop queue, no trimming, no ECN, no link
+#: element (docs/testbed.md).
 ELEMENT_KINDS = ("ebpf", "userspace")
 LINK_CLASSES = ("host", "fabric")
 #: Link MTU when the topology does not say: 9000-byte (jumbo) frames, as AI
@@ -89,6 +92,8 @@ class LinkSpec:
     down: PortConfig
     #: "auto" (the eBPF port where it can, else userspace), "ebpf" or "userspace"
     element_kind: str = "auto"
+    #: a plain tbf tail-drop link (``taildrop = true``): no element, no trim, no ECN
+    taildrop: bool = False
 
 
 @dataclass
@@ -224,6 +229,11 @@ def _link_overrides(ctx: _Ctx, table: Any, path: str, allow: tuple[str, ...]) ->
         else:
             raise ctx.error(path + "element",
                             f"expected true, false, \"ebpf\" or \"userspace\", got {value!r}")
+    if "taildrop" in table:
+        if not isinstance(table["taildrop"], bool):
+            raise ctx.error(path + "taildrop",
+                            f"expected true or false, got {table['taildrop']!r}")
+        link["taildrop"] = table["taildrop"]
     both = _port_overrides(ctx, table, path)
     dirs: dict[str, dict[str, Any]] = {}
     for d in DIRECTIONS:
@@ -304,26 +314,65 @@ def _build(ctx: _Ctx, data: dict[str, Any], netem: bool) -> Topology:
 
     for name, (klass, plane, a, a_if, b, b_if) in names.items():
         link_kw: dict[str, Any] = {"mtu": DEFAULT_LINK_MTU, "element": False,
-                                   "element_kind": "auto"}
+                                   "element_kind": "auto", "taildrop": False}
         dirs: dict[str, dict[str, Any]] = {
             "up": {}, "down": {"last_hop": klass == "host"}}
-        layers = [(base_link, base_dirs), cls[klass]]
+        layers = [("link.", link_table, (base_link, base_dirs)),
+                  (f"link.{klass}.", link_table.get(klass, {}), cls[klass])]
         if name in link_table:
-            layers.append(_link_overrides(ctx, link_table[name], f'link."{name}".', ()))
-        for lk, ld in layers:
+            path = f'link."{name}".'
+            layers.append((path, link_table[name],
+                           _link_overrides(ctx, link_table[name], path, ())))
+        #: the most specific key that set each link key / port key (for errors)
+        where: dict[str, str] = {}
+        for path, raw, (lk, ld) in layers:
             link_kw.update(lk)
+            where.update({k: path + k for k in lk})
             for d in DIRECTIONS:
                 dirs[d].update(ld[d])
+                for k in ld[d]:
+                    own = k in raw.get(d, {})
+                    where[f"{d}.{k}"] = f"{path}{d}.{k}" if own else path + k
         up, down = PortConfig(**dirs["up"]), PortConfig(**dirs["down"])
         for d, port in (("up", up), ("down", down)):
             if port.trim is not None and port.trim >= port.buffer:
                 raise ctx.error(f"link.{klass}.{d}.trim",
                                 f"trim threshold {port.trim} must be below buffer {port.buffer}")
+        if link_kw["taildrop"]:
+            _check_taildrop(ctx, name, link_kw, where, up, down, netem)
         element = link_kw["element"] or up.needs_element(netem) or down.needs_element(netem)
         topo.links.append(LinkSpec(name=name, kind=klass, plane=plane, a=a, a_if=a_if, b=b,
                                    b_if=b_if, mtu=link_kw["mtu"], element=element,
-                                   up=up, down=down, element_kind=link_kw["element_kind"]))
+                                   up=up, down=down, element_kind=link_kw["element_kind"],
+                                   taildrop=link_kw["taildrop"]))
     return topo
+
+
+def _check_taildrop(ctx: _Ctx, name: str, link_kw: dict[str, Any], where: dict[str, str],
+                    up: PortConfig, down: PortConfig, netem: bool) -> None:
+    """A tail-drop link is a plain veth pair with tc tbf on both ends: nothing
+    may ask for what only a link element gives (trim, ECN marks, delay or loss
+    without sch_netem), and both directions need a rate for tbf to shape."""
+    td = where.get("taildrop", "link.taildrop")
+    if link_kw["element"]:
+        raise ctx.error(where.get("element", "link.element"),
+                        f"link {name} has taildrop = true (plain tbf): it cannot also "
+                        "have a link element")
+    for d, port in (("up", up), ("down", down)):
+        for key in ("trim", "ecn"):
+            if getattr(port, key) is not None:
+                raise ctx.error(where.get(f"{d}.{key}", f"link.{key}"),
+                                f"link {name} has taildrop = true ({td}): a plain tbf "
+                                f"neither trims nor marks ECN; remove {key} or set it to false")
+        if not port.rate_bps:
+            raise ctx.error(where.get(f"{d}.rate", td),
+                            f"link {name} has taildrop = true but no rate in direction "
+                            f"{d}: tbf needs one")
+        if not netem and (port.delay or port.loss):
+            key = "delay" if port.delay else "loss"
+            raise ctx.error(where.get(f"{d}.{key}", f"link.{key}"),
+                            f"link {name} has taildrop = true: {key} needs sch_netem, which "
+                            "this kernel lacks (only a link element could add it)")
 
 
 def _link_names(topo: Topology) -> dict[str, tuple[str, int, str, str, str, str]]:

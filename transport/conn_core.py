@@ -17,7 +17,7 @@ from transport.conn_state import TERMINAL, ConnEvent, ConnState, next_state
 from transport.datagram import TxPath
 from transport.events import ConnectionFailed, Event
 from transport.host_share import HostShare
-from transport.loss_policy import LossCause, classify
+from transport.loss_policy import LossCause, LossHistory, QueueSensor, classify
 from transport.path_health import PathHealth
 from transport.paths import PathPolicy, get_policy
 from transport.paths.model import PathModel
@@ -94,6 +94,12 @@ class ConnCore:
         self.cc = cc_registry.for_connection(
             c.congestion, mtu=c.payload_size, base_rtt=c.initial_rtt,
             line_rate=c.plane_rate * c.planes, params=c.congestion_params)
+        #: The loss classifier's per-connection delay history, fed by a
+        #: controller that measures queueing delay (None: it does not).
+        self.loss_history: LossHistory | None = None
+        if isinstance(self.cc, QueueSensor):
+            self.loss_history = LossHistory(self.cc.calm_rtts)
+            self.cc.report_delays(self.loss_history.note_delay)
         #: The endpoint's sending connections, which share its maxwnd (None: alone).
         self.host_share: HostShare | None = None
         self.sender = Sender(
@@ -206,12 +212,20 @@ class ConnCore:
         health and the resends read its verdict."""
         if not lost:
             return
-        rtt = self.sender.rtt
+        rtt, cc = self.sender.rtt, self.cc
+        sensor = cc if self.loss_history is not None and isinstance(cc, QueueSensor) else None
         verdicts = classify(lost, cause=cause, srtt=rtt.srtt, min_rtt=rtt.min_rtt,
-                            target_delay=self.cc.target_delay, health=self.health)
+                            target_delay=cc.target_delay, health=self.health,
+                            history=None if sensor is None else self.loss_history,
+                            queue_level=0.0 if sensor is None else sensor.queue_level)
         cc_bytes = self.sender.on_verdicts(lost, verdicts)
         if cc_bytes or cause is LossCause.RTO:
-            self.cc.on_loss(now=now, lost_bytes=cc_bytes)
+            if sensor is not None:
+                # The classifier's overflow answer, the same for the batch.
+                overflow = next((v.overflow for v in verdicts if v.to_controller), None)
+                sensor.on_loss(now=now, lost_bytes=cc_bytes, overflow=overflow)
+            else:
+                cc.on_loss(now=now, lost_bytes=cc_bytes)
         self.health.on_lost(lost, verdicts, now)
 
     @property

@@ -37,18 +37,28 @@ as trims, ECN and delay, so:
   losses back from the plane shares, the EV (``EvSet.on_late``) and the
   controller (``cc.on_spurious_loss``) when the late acknowledgement comes.
 
-This module is the single decider for the transport. The NSCC controller
-(congestion/nscc.py) still runs its own tail-drop check inside ``on_loss``
-on the losses it is given; that is the remaining copy of this decision,
-to be folded in here next.
+Apart from its kind, a loss the controller hears may be a tail-drop
+buffer overflowing (``LossVerdict.overflow``): a loss with more queue
+behind it than the path carried without loss. ``LossHistory`` keeps, per
+connection, the highest queueing delay of each RTT and which RTTs had a
+loss, from the per-ACK delay a controller that measures it reports
+(``QueueSensor``: NSCC, each packet's RTT minus its plane's base RTT). A
+loss within the delay the path carries anyway (a busy host's scheduling
+delay) says nothing about a queue. The controller takes the answer
+(``cc.on_loss(overflow=...)``; NSCC's deviation 1 turns delay into the mark
+on a fabric that never marked or trimmed) and does not judge again.
+
+This module is the single decider for the transport: no consumer
+classifies a loss itself.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 from transport.ev_state import Ev, EvState
 from transport.send_queue import SentPacket
@@ -71,6 +81,9 @@ LOSS_THRESHOLD = 12
 #: them): copies there only feed the queue (an incast with 34% tail drops
 #: lost 6% of its goodput to them).
 TWIN_AFTER_LOSSES = 2
+#: ``LossHistory``'s per-RTT flags: a loss came in that RTT; its delay rose
+#: to an RTT with a loss (a queue filling up to the drop).
+_LOSS, _RISE = 2.0, 1.0
 
 
 class LossKind(enum.Enum):
@@ -101,6 +114,10 @@ class LossVerdict:
     condemn: bool
     #: Resend it as two copies on two EVs.
     twin: bool
+    #: A tail-drop buffer overflowing (``LossHistory.judge``), the queueing
+    #: delay it overflowed at; None: not one. Set on the verdicts the
+    #: controller hears, and the same for all of one batch.
+    overflow: float | None = None
 
 
 class PathFacts(Protocol):
@@ -113,18 +130,101 @@ class PathFacts(Protocol):
         """Send time of the newest packet of ``plane`` answered (-inf: none)."""
 
 
+@runtime_checkable
+class QueueSensor(Protocol):
+    """A controller that measures each ACK's queueing delay (NSCC) and takes
+    the overflow answer: the connection keeps a ``LossHistory`` for it."""
+
+    calm_rtts: int
+
+    @property
+    def queue_level(self) -> float:
+        """The queueing delay behind a loss reported now (seconds)."""
+        ...
+
+    def report_delays(self, sink: Callable[[float, float, float], None] | None) -> None:
+        """Call ``sink(now, delay, rtt)`` on each ACK's queueing delay, ``rtt``
+        the controller's RTT estimate (the history's bucket length)."""
+        ...
+
+    def on_loss(self, *, now: float, lost_bytes: int, overflow: float | None = None) -> None: ...
+
+
+class LossHistory:
+    """A connection's calm-delay history: per RTT-long bucket [start, highest
+    queueing delay, ``_LOSS`` if a loss was reported in it, ``_RISE`` if its
+    delay rose to one, else 0], the last ``calm_rtts`` + 2 of them."""
+
+    __slots__ = ("_calm", "calm_rtts")
+
+    def __init__(self, calm_rtts: int) -> None:
+        if calm_rtts < 1:
+            raise ValueError("calm_rtts must be >= 1")
+        self.calm_rtts = calm_rtts
+        self._calm: deque[list[float]] = deque()
+
+    def note_delay(self, now: float, delay: float, rtt: float) -> None:
+        """One ACK's queueing delay; a new bucket every ``rtt``."""
+        calm = self._calm
+        if not calm or now >= calm[-1][0] + rtt:
+            calm.append([now, delay, 0.0])
+            while len(calm) > self.calm_rtts + 2:
+                calm.popleft()
+        elif delay > calm[-1][1]:
+            calm[-1][1] = delay
+
+    def ceiling(self) -> float:
+        """The highest delay the path carried without loss: over the last
+        ``calm_rtts`` RTTs, leaving out the current and the previous RTT (the
+        loss's own), every RTT with a loss, and the RTTs of a delay rising
+        to one (a queue filling up to the drop). 0 when there is no such RTT,
+        or when at least half of those RTTs had a loss (the path does not
+        carry its delay without loss): every loss with a queue then counts."""
+        calm = self._calm
+        n = len(calm) - 2
+        if n <= 0 or 2 * sum(1 for i in range(n) if calm[i][2] == _LOSS) >= n:
+            return 0.0
+        return max((calm[i][1] for i in range(n) if not calm[i][2]), default=0.0)
+
+    def judge(self, level: float, target: float) -> float | None:
+        """Losses reported to the controller now, with queueing delay
+        ``level`` behind them (``QueueSensor.queue_level``): are they a
+        tail-drop buffer overflowing? Only with a queue (``level`` at least
+        the controller's ``target``) and more of it than the path carried
+        without loss. Returns the delay it overflowed at (the higher of
+        ``level`` and the last two RTTs' peaks), else None. Records the loss."""
+        calm = self._calm
+        if calm:
+            # This RTT had a loss, and the RTTs of a delay rising to it (each
+            # one's peak above the one before) were the queue filling up.
+            calm[-1][2] = _LOSS
+            j = len(calm) - 2
+            if j >= 0 and not calm[j][2]:
+                calm[j][2] = _RISE
+            while j > 0 and calm[j - 1][1] < calm[j][1] and not calm[j - 1][2]:
+                calm[j - 1][2] = _RISE
+                j -= 1
+        if level >= target and level > self.ceiling():
+            peak = max((b[1] for b in list(calm)[-2:]), default=0.0)
+            return max(level, peak)
+        return None
+
+
 def congestive(srtt: float, min_rtt: float, target_delay: float) -> bool:
     """Does a queue stand behind losses now?"""
     return srtt - min_rtt > max(CONGESTIVE_QUEUEING * min_rtt, target_delay)
 
 
 def classify(lost: Sequence[SentPacket], *, cause: LossCause, srtt: float, min_rtt: float,
-             target_delay: float, health: PathFacts) -> list[LossVerdict]:
+             target_delay: float, health: PathFacts, history: LossHistory | None = None,
+             queue_level: float = 0.0) -> list[LossVerdict]:
     """One verdict per packet of ``lost`` (declared together, in order).
 
     The EV's failing state is read as it was before this batch (two losses
     of one EV in one batch are both judged against the EV as it was); its
-    loss score accumulates through the batch, as path health applies it."""
+    loss score accumulates through the batch, as path health applies it.
+    With a ``history`` (and the controller's ``queue_level``), the losses the
+    controller hears are judged once more, together: a tail-drop overflow?"""
     queue = congestive(srtt, min_rtt, target_delay)
     timeout = cause is not LossCause.INFERRED
     scores: dict[int, int] = {}
@@ -150,4 +250,8 @@ def classify(lost: Sequence[SentPacket], *, cause: LossCause, srtt: float, min_r
         else:
             kind = LossKind.PATH_FAILURE if condemn else LossKind.HOST_NOISE
             out.append(LossVerdict(kind, False, condemn, p.losses >= TWIN_AFTER_LOSSES))
+    if history is not None and any(v.to_controller for v in out):
+        level = history.judge(queue_level, target_delay)
+        if level is not None:
+            out = [replace(v, overflow=level) if v.to_controller else v for v in out]
     return out

@@ -3,7 +3,7 @@ every one of those losses turns out spurious (the packet was only late)."""
 
 from __future__ import annotations
 
-from test_congestion import BASE, MTU, ack, block, make
+from test_congestion import BASE, MTU, ack, block, lose, make
 
 from congestion import Nscc
 
@@ -16,7 +16,7 @@ def _cut_by_loss(lost: int = MTU) -> Nscc:
     for i in range(3):
         ack(c, 0.0095 + i * 1e-4, BASE)
     block(c)
-    c.on_loss(now=0.01, lost_bytes=lost)
+    lose(c, 0.01, lost)
     assert c.cwnd == 3000 and c.stats()["quick_adapt"] == 1
     return c
 
@@ -35,7 +35,7 @@ def test_a_cut_comes_back_when_its_loss_was_spurious() -> None:
 
 def test_the_cut_stays_while_any_loss_behind_it_is_unproven() -> None:
     c = _cut_by_loss(lost=2 * MTU)
-    c.on_loss(now=0.0102, lost_bytes=MTU)  # another loss of the same episode
+    lose(c, 0.0102, MTU)  # another loss of the same episode
     c.on_spurious_loss(now=0.0104, lost_bytes=2 * MTU)
     assert c.cwnd == 3000 and c.stats()["qa_undone"] == 0
     c.on_spurious_loss(now=0.0105, lost_bytes=MTU)
@@ -70,7 +70,7 @@ def test_a_loss_without_a_cut_has_nothing_to_undo() -> None:
         ack(c, 0.0095 + i * 1e-4, BASE)
     block(c)
     w = c.cwnd
-    c.on_loss(now=0.01, lost_bytes=MTU)
+    lose(c, 0.01, MTU)
     assert c.cwnd == w
     c.on_spurious_loss(now=0.0105, lost_bytes=MTU)
     assert c.cwnd == w and c.stats()["qa_undone"] == 0

@@ -4,21 +4,49 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 
 import pytest
 
 import congestion
 from congestion import AckSample, CongestionController, FixedWindow, Nscc
+from transport.loss_policy import LossHistory
 
 MTU = 1000
 BASE = 1e-3
 RATE = 1e7  # bytes/s -> BDP = 10_000 bytes = 10 MTU
 
 
+#: Each controller's loss history, kept as a connection keeps it for its
+#: loss classifier (transport/loss_policy.py).
+_HISTORY: weakref.WeakKeyDictionary[Nscc, LossHistory] = weakref.WeakKeyDictionary()
+
+
+def judged(c: Nscc) -> Nscc:
+    """``c`` with a loss history fed by its delays, as a connection sets it up."""
+    h = LossHistory(c.calm_rtts)
+    c.report_delays(h.note_delay)
+    _HISTORY[c] = h
+    return c
+
+
 def make(**kw: float) -> Nscc:
     params: dict[str, float] = {"mtu": MTU, "base_rtt": BASE, "line_rate": RATE}
     params.update(kw)
-    return Nscc(**params)  # type: ignore[arg-type]
+    return judged(Nscc(**params))  # type: ignore[arg-type]
+
+
+def lose(c: Nscc, now: float, lost_bytes: int = MTU) -> None:
+    """Losses reported to ``c`` as a connection does: its loss history judges
+    whether they are a tail-drop overflow, and ``c`` takes the answer."""
+    h = _HISTORY.get(c)
+    overflow = None if h is None else h.judge(c.queue_level, c.target_delay)
+    c.on_loss(now=now, lost_bytes=lost_bytes, overflow=overflow)
+
+
+def calm_delay(c: Nscc) -> float:
+    """The highest delay ``c``'s path carried without loss (its history's)."""
+    return _HISTORY[c].ceiling()
 
 
 def ack(
@@ -203,12 +231,12 @@ def test_quick_adapt_on_loss_cuts_to_delivered_once_per_period() -> None:
         ack(c, 0.0095 + i * 1e-4, BASE)
     assert c.cwnd > 3000
     block(c)
-    c.on_loss(now=0.01, lost_bytes=MTU)
+    lose(c, 0.01, MTU)
     assert c.cwnd == 3000
     # A second loss report in the same period must not ratchet it down again,
     # and ACKs of packets sent before the cut do not grow the window back.
     ack(c, 0.0101, BASE)
-    c.on_loss(now=0.0102, lost_bytes=MTU)
+    lose(c, 0.0102, MTU)
     assert c.cwnd == 3000
     assert c.stats()["quick_adapt"] == 1
     ack(c, 0.0103, BASE, ecn=True)
@@ -224,7 +252,7 @@ def test_quick_adapt_only_below_the_gate() -> None:
     for i in range(4):
         ack(c, 0.0095 + i * 1e-4, BASE)
     block(c)
-    c.on_loss(now=0.01, lost_bytes=MTU)
+    lose(c, 0.01, MTU)
     assert c.stats()["quick_adapt"] == 0 and c.cwnd > 10_000
 
 
@@ -254,7 +282,7 @@ def test_quick_adapt_does_not_grow_the_window() -> None:
     for i in range(5):
         ack(c, 0.0095 + i * 1e-5, None, in_flight=0)
     block(c)
-    c.on_loss(now=0.01, lost_bytes=MTU)
+    lose(c, 0.01, MTU)
     assert c.cwnd == 2000 and c.stats()["quick_adapt"] == 0
 
 
@@ -306,7 +334,7 @@ def test_no_quick_adapt_on_delay_behind_a_trimming_last_hop() -> None:
     assert c.stats()["quick_adapt"] == 0 and c.cwnd >= w
     # A loss is still a collapse to adapt to.
     block(c)
-    c.on_loss(now=t + 1e-4, lost_bytes=MTU)
+    lose(c, t + 1e-4, MTU)
     assert c.stats()["quick_adapt"] == 1
     # A fabric trim (imbalance, not the last hop) does not silence it.
     c = make(trim_md=0.0)
@@ -333,7 +361,7 @@ def test_no_quick_adapt_on_delay_behind_a_trimming_last_hop() -> None:
 def test_loss_with_a_queue_on_an_unmarking_fabric_makes_delay_the_mark() -> None:
     c = make(initial_window=10_000, probe_gain=0.0)
     _with_avg_delay(c, 0.8e-3)
-    c.on_loss(now=0.005, lost_bytes=MTU)  # app-limited: no QuickAdapt, but noted
+    lose(c, 0.005, MTU)  # app-limited: no QuickAdapt, but noted
     assert c.stats()["delay_is_mark"] == 1.0
     before = c._cwnd
     ack(c, 0.01, BASE + 0.8e-3)  # no ECN, above target: now a decrease
@@ -346,7 +374,7 @@ def test_loss_with_a_queue_on_an_unmarking_fabric_makes_delay_the_mark() -> None
 def test_a_loss_without_a_queue_is_not_congestion() -> None:
     c = make(probe_gain=0.0)
     _with_avg_delay(c, 0.1e-3)
-    c.on_loss(now=0.005, lost_bytes=MTU)
+    lose(c, 0.005, MTU)
     assert c.stats()["delay_is_mark"] == 0.0
 
 
@@ -362,7 +390,7 @@ def _noisy_host(c: Nscc, rtts: int, *, t: float = 0.0, loss_every: int = 0) -> f
         for i, d in enumerate(noise):
             ack(c, t + i * rtt / 10, BASE + d, in_flight=0)
         if loss_every and r % loss_every == 0:
-            c.on_loss(now=t + rtt * 0.95, lost_bytes=MTU)
+            lose(c, t + rtt * 0.95, MTU)
         t += rtt
     return t
 
@@ -374,14 +402,14 @@ def test_a_loss_within_the_delay_a_busy_host_carries_is_not_congestion() -> None
     # does not become the mark (which would cut the window every RTT).
     c = make(probe_gain=0.0)
     t = _noisy_host(c, 20)
-    c.on_loss(now=t, lost_bytes=MTU)
+    lose(c, t, MTU)
     assert c.stats()["delay_is_mark"] == 0.0
-    assert c.stats()["calm_delay"] == pytest.approx(1.2e-3)
+    assert calm_delay(c) == pytest.approx(1.2e-3)
     # A queue rising above anything carried before, then a drop: a tail-drop
     # bottleneck overflowing.
     for i in range(5):
         ack(c, t + i * 1e-4, BASE + (1.3e-3 + i * 0.1e-3), in_flight=0)
-    c.on_loss(now=t + 5e-4, lost_bytes=MTU)
+    lose(c, t + 5e-4, MTU)
     assert c.stats()["delay_is_mark"] == 1.0
 
 
@@ -404,7 +432,7 @@ def test_delay_as_the_mark_stands_down_above_the_level_of_its_drop() -> None:
     ack(c, 0.0, BASE, in_flight=0)
     for i in range(8):
         ack(c, 1e-3 + i * 1e-4, BASE + 0.1e-3 * (i + 1), in_flight=0)
-    c.on_loss(now=2e-3, lost_bytes=MTU)
+    lose(c, 2e-3, MTU)
     assert c.stats()["delay_is_mark"] == 1.0
     ack(c, 2.1e-3, BASE + 0.95e-3, in_flight=0)  # within 1.25 x: a queue may
     assert c.stats()["delay_is_mark"] == 1.0
@@ -412,7 +440,7 @@ def test_delay_as_the_mark_stands_down_above_the_level_of_its_drop() -> None:
     assert c.stats()["delay_is_mark"] == 0.0 and c.stats()["mark_revoked"] == 1
     # Off, not for good: a loss above what the path carried turns it on again.
     ack(c, 0.05, BASE + 2e-3, in_flight=0)
-    c.on_loss(now=0.05, lost_bytes=MTU)
+    lose(c, 0.05, MTU)
     assert c.stats()["delay_is_mark"] == 1.0
 
 
@@ -424,7 +452,7 @@ def test_a_marking_or_trimming_fabric_keeps_uec_behaviour(signal: str) -> None:
         ack(c, 0.002, BASE + 0.1e-3, ecn=True)
     else:
         c.on_nack(now=0.002, trimmed_bytes=MTU, last_hop=True)
-    c.on_loss(now=0.005, lost_bytes=MTU)
+    lose(c, 0.005, MTU)
     assert c.stats()["delay_is_mark"] == 0.0
     before, mds = c._cwnd, c.stats()["md"]  # a last-hop trim cut once (deviation 6)
     ack(c, 0.01, BASE + 0.8e-3)  # no ECN above target: fair increase, as specified
@@ -656,7 +684,7 @@ def test_mark_fraction_does_not_soften_delay_as_the_mark() -> None:
     c = make(mark_gain=0.5)
     t = _rounds(c, 0.0, 12, 0, 0.8e-3)
     ack(c, t, BASE + 1.0e-3, in_flight=0)  # the queue grows to the drop
-    c.on_loss(now=t, lost_bytes=MTU)
+    lose(c, t, MTU)
     assert c.stats()["delay_is_mark"] == 1.0
     before = c._cwnd
     ack(c, t + 0.01, BASE + 0.8e-3)

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import math
 
+import congestion
+from transport.config import ConnectionConfig
+from transport.connection import Connection
 from transport.ev_state import Ev, EvState
 from transport.loss_policy import (
     LOSS_PENALTY,
     TWIN_AFTER_LOSSES,
     LossCause,
+    LossHistory,
     LossKind,
+    QueueSensor,
     classify,
 )
 from transport.send_queue import SentPacket
@@ -103,3 +108,70 @@ def test_timeouts_reach_the_controller_but_a_sweep_does_not() -> None:
                         target_delay=0.0, health=_facts_answered_after(2.0))
     assert rto.kind is LossKind.TIMEOUT and rto.to_controller and rto.condemn
     assert sweep.kind is LossKind.TIMEOUT and not sweep.to_controller and not sweep.condemn
+
+
+# -- tail-drop overflow: the verdict the controller takes ----------------------------
+
+RTT = 2e-3
+
+
+def _history(peaks: list[float], *, calm_rtts: int = 32) -> LossHistory:
+    """One ACK per RTT at each delay of ``peaks``, then one more RTT (the loss's)."""
+    h = LossHistory(calm_rtts)
+    for i, d in enumerate(peaks):
+        h.note_delay(i * RTT, d, RTT)
+    return h
+
+
+def test_a_loss_with_more_queue_than_the_path_carried_without_loss_is_an_overflow() -> None:
+    # 20 RTTs carried up to 1.2 ms of delay without loss (a busy host).
+    h = _history([1.2e-3, 0.3e-3] * 10 + [0.9e-3])
+    assert h.ceiling() == 1.2e-3
+    # A loss at 0.9 ms: within what the path carries, no overflow.
+    assert h.judge(0.9e-3, 0.5e-3) is None
+    # A queue rising above anything carried before, then a loss: an overflow,
+    # at the higher of the level and the last two RTTs' peaks.
+    h = _history([1.2e-3, 0.3e-3] * 10 + [1.5e-3, 1.8e-3])
+    assert h.judge(1.6e-3, 0.5e-3) == 1.8e-3
+    # Below the controller's target: no queue behind it, whatever the history.
+    assert _history([0.1e-3] * 5).judge(0.4e-3, 0.5e-3) is None
+
+
+def test_half_the_rtts_with_a_loss_void_the_ceiling() -> None:
+    h = LossHistory(32)
+    for i in range(12):
+        h.note_delay(i * RTT, 2e-3, RTT)
+        if i % 2:
+            h.judge(0.0, 1.0)  # a loss without a queue: recorded, not an overflow
+    h.note_delay(12 * RTT, 1e-3, RTT)
+    assert h.ceiling() == 0.0
+    assert h.judge(1e-3, 0.5e-3) == 2e-3
+
+
+def test_the_overflow_rides_on_the_verdicts_the_controller_hears() -> None:
+    ev = Ev(0, 7, 0)
+    h = _history([0.1e-3] * 5)
+    lost = [_lost(ev), _lost(Ev(1, 3, 1))]
+    out = classify(lost, cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
+                   target_delay=0.5e-3, health=_facts_answered_after(2.0),
+                   history=h, queue_level=1e-3)
+    assert [v.to_controller for v in out] == [True, True]
+    assert [v.overflow for v in out] == [1e-3, 1e-3]
+    # Losses the controller does not hear are not judged (nor recorded).
+    h = _history([0.1e-3] * 5)
+    (v,) = classify([_lost(ev)], cause=LossCause.INFERRED, srtt=CALM, min_rtt=MIN_RTT,
+                    target_delay=0.5e-3, health=_facts_answered_after(2.0),
+                    history=h, queue_level=1e-3)
+    assert not v.to_controller and v.overflow is None
+    assert h.judge(1e-3, 0.5e-3) == 1e-3  # its calm RTTs still count
+
+
+def test_a_connection_keeps_a_loss_history_only_for_a_controller_that_measures_delay() -> None:
+    conn = Connection(config=ConnectionConfig(planes=2), secret=None, local_cid=1, now=0.0,
+                      initiator=True)
+    assert isinstance(conn.cc, QueueSensor) and conn.loss_history is not None
+    assert conn.loss_history.calm_rtts == conn.cc.calm_rtts
+    fixed = Connection(config=ConnectionConfig(planes=2, congestion="fixed"), secret=None,
+                       local_cid=1, now=0.0, initiator=True)
+    assert not isinstance(fixed.cc, QueueSensor) and fixed.loss_history is None
+    assert isinstance(congestion.get("nscc-uec"), QueueSensor)

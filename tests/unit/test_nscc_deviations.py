@@ -7,7 +7,18 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_congestion import BASE, MTU, RATE, _rounds, _with_avg_delay, ack, block, make
+from test_congestion import (
+    BASE,
+    MTU,
+    RATE,
+    _rounds,
+    _with_avg_delay,
+    ack,
+    block,
+    judged,
+    lose,
+    make,
+)
 
 import congestion
 from congestion import Nscc, NsccParams
@@ -22,7 +33,7 @@ def both(switch: str, **kw: float) -> tuple[Nscc, Nscc]:
 
 
 def uec(**kw: float) -> Nscc:
-    return Nscc(NsccParams.uec_spec(), mtu=MTU, base_rtt=BASE, line_rate=RATE, **kw)
+    return judged(Nscc(NsccParams.uec_spec(), mtu=MTU, base_rtt=BASE, line_rate=RATE, **kw))
 
 
 # -- the presets ----------------------------------------------------------------------
@@ -30,9 +41,10 @@ def uec(**kw: float) -> Nscc:
 
 def test_braid_is_the_default_with_every_switch_on_and_uec_spec_with_every_switch_off() -> None:
     assert NsccParams.braid() == NsccParams() == Nscc().params
-    assert all(NsccParams.braid().deviations().values())
+    on = NsccParams.braid().deviations()
+    assert [k for k, v in on.items() if not v] == ["host_floor"]  # off by default
     assert not any(NsccParams.uec_spec().deviations().values())
-    assert len(DEVIATIONS) == len(set(DEVIATIONS)) == 17
+    assert len(DEVIATIONS) == len(set(DEVIATIONS)) == 19
     # Keywords replace single fields (how congestion_params reach it).
     c = Nscc(NsccParams.uec_spec(), target_delay=2e-3)
     assert c.params.target_delay == 2e-3 and not c.loss_as_mark
@@ -75,7 +87,7 @@ def test_uec_spec_follows_the_four_quadrants() -> None:
     # without ECN, not even after a loss with a queue behind it.
     c = uec(initial_window=5000)
     _with_avg_delay(c, 0.8e-3)
-    c.on_loss(now=0.005, lost_bytes=MTU)  # app-limited: no QuickAdapt
+    lose(c, 0.005, MTU)  # app-limited: no QuickAdapt
     w, fair = c._cwnd, c.stats()["fair_inc"]
     for i in range(10):
         ack(c, 0.01 + i * 1e-5, BASE + 0.8e-3)
@@ -140,7 +152,7 @@ def test_loss_as_mark() -> None:
     on, off = both("loss_as_mark", initial_window=10_000, probe_gain=0.0)
     for c in (on, off):
         _with_avg_delay(c, 0.8e-3)
-        c.on_loss(now=0.005, lost_bytes=MTU)
+        lose(c, 0.005, MTU)
         ack(c, 0.01, BASE + 0.8e-3)  # no ECN, above target
     assert on.stats()["md"] == 1 and on._cwnd < 10_000
     assert off.stats()["md"] == 0 and off._cwnd > 10_000  # UEC: the fair increase
@@ -226,11 +238,62 @@ def test_spurious_undo() -> None:
         for i in range(3):
             ack(c, 0.0095 + i * 1e-4, BASE)
         block(c)
-        c.on_loss(now=0.01, lost_bytes=MTU)
+        lose(c, 0.01, MTU)
         assert c.cwnd == 3000
         c.on_spurious_loss(now=0.0105, lost_bytes=MTU)
     assert on.cwnd > 3000 and on.stats()["qa_undone"] == 1
     assert off.cwnd == 3000 and off.stats()["qa_undone"] == 0
+
+
+def test_measured_growth() -> None:
+    # A tail-drop bottleneck (delay is the mark after a loss with a queue)
+    # delivering far below the line rate the connection was told: the
+    # proportional increase converts headroom at the delivered rate.
+    on, off = both("measured_growth", initial_window=10_000, probe_gain=0.0)
+    for c in (on, off):
+        _with_avg_delay(c, 0.8e-3)
+        lose(c, 0.005, MTU)
+        assert c.stats()["delay_is_mark"] == 1.0
+        ack(c, 0.01, BASE + 0.1e-3)  # below target: proportional increase
+        assert c.stats()["proportional_inc"] == 1
+    fair = MTU * MTU / 10_000
+    assert off._cwnd == pytest.approx(10_000 + fair + 0.25 * 0.4e-3 * RATE * MTU / 10_000)
+    assert 10_000 + fair < on._cwnd < off._cwnd
+    # Delay not the mark (a marking fabric, or no loss yet): the line rate.
+    on, off = both("measured_growth", initial_window=10_000)
+    for c in (on, off):
+        ack(c, 0.0, BASE, in_flight=0)
+        ack(c, 0.0005, BASE + 0.1e-3)
+    assert on._cwnd == off._cwnd
+
+
+def _host_delay(c: Nscc, *, until: float, delay: float, loss_at: float | None = None) -> None:
+    """The window binds and every round trip carries ``delay`` of host delay
+    (an ACK every 0.25 ms: half the line rate delivered)."""
+    ack(c, 0.0, BASE, in_flight=0)
+    t = 0.25e-3
+    while t < until:
+        block(c)
+        ack(c, t, BASE + delay)
+        if loss_at is not None and t <= loss_at < t + 0.25e-3:
+            lose(c, t, MTU)
+        t += 0.25e-3
+
+
+def test_host_floor() -> None:
+    # 1 ms of host delay on every round trip for 40 ms (> 8 RTTs), the window
+    # binding, half the line rate delivered, no mark, no trim, no loss: maxwnd
+    # covers the floor too (BDP + rate x (floor + target)).
+    on, off = both("host_floor", probe_gain=0.0)
+    for c in (on, off):
+        _host_delay(c, until=0.04, delay=1e-3)
+    assert on.stats()["host_floor"] == pytest.approx(1e-3)
+    assert on.max_window == pytest.approx(10_000 + RATE * (1e-3 + 0.5e-3))
+    assert off.stats()["host_floor"] == 0.0 and off.max_window == 15_000
+    # A loss within the last calm_rtts RTTs: that delay may be a shared queue.
+    on = make(host_floor=True, probe_gain=0.0)
+    _host_delay(on, until=0.04, delay=1e-3, loss_at=0.001)
+    assert on.stats()["host_floor"] == 0.0 and on.max_window == 15_000
 
 
 def test_quick_adapt_floor() -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from test_congestion import judged, lose
+
 from congestion import AckSample, Nscc
 from transport.psn import wire
 from transport.receiver import Receiver
@@ -103,8 +105,8 @@ BASE = 100e-6
 
 
 def _nscc_with_queue() -> Nscc:
-    c = Nscc(mtu=MTU, base_rtt=BASE, line_rate=1.25e9, initial_window=10_000,
-             probe_gain=0.0)
+    c = judged(Nscc(mtu=MTU, base_rtt=BASE, line_rate=1.25e9, initial_window=10_000,
+                    probe_gain=0.0))
     # The base RTT, then a standing queue of 0.8 ms (application-limited).
     for i, rtt in enumerate([BASE] + [BASE + 0.8e-3] * 40):
         c.on_ack(AckSample(now=1e-3 + i * 1e-6 if i else 0.0, acked_bytes=MTU, rtt=rtt,
@@ -114,7 +116,7 @@ def _nscc_with_queue() -> Nscc:
 
 def test_delay_stops_being_the_mark_when_its_losses_were_only_late() -> None:
     c = _nscc_with_queue()
-    c.on_loss(now=0.005, lost_bytes=2 * MTU)
+    lose(c, 0.005, 2 * MTU)
     assert c.stats()["delay_is_mark"] == 1.0
     c.on_spurious_loss(now=0.006, lost_bytes=MTU)
     assert c.stats()["delay_is_mark"] == 1.0  # one of the two was a real loss, so far
@@ -126,5 +128,5 @@ def test_delay_stops_being_the_mark_when_its_losses_were_only_late() -> None:
 def test_a_spurious_loss_does_not_revoke_delay_as_the_mark_turned_on_by_a_real_one() -> None:
     c = _nscc_with_queue()
     c.on_spurious_loss(now=0.004, lost_bytes=MTU)  # before: nothing to take back
-    c.on_loss(now=0.005, lost_bytes=MTU)
+    lose(c, 0.005, MTU)
     assert c.stats()["delay_is_mark"] == 1.0
