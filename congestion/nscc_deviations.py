@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from congestion.base import PlaneRtt
+
 #: Deviation 1 stands down when a delay sample exceeds this many times the
 #: delay of the RTT whose loss turned it on (no tail-drop buffer caps it).
 REVOKE_FACTOR = 1.25
@@ -31,7 +33,7 @@ class NsccDeviations:
     _delay: float
     _avg_delay: float
     _counts: dict[str, float]
-    _plane_base: dict[int, float]
+    _paths: PlaneRtt
     target_delay: float
     md_gain: float
     md_floor: float
@@ -198,9 +200,7 @@ class NsccDeviations:
         # The trimmed header skipped the trimming port's data queue: its
         # round trip is a base RTT sample for its plane.
         if rtt is not None and rtt > 0 and plane is not None:
-            base = self._plane_base.get(plane)
-            if base is None or rtt < base:
-                self._plane_base[plane] = rtt
+            self._paths.delay_sample(plane, rtt)
 
     def _last_hop_trim_cut(self, now: float) -> None:
         if self.trim_md and now - self._last_md >= self._rtt_est():
