@@ -9,6 +9,7 @@ and benchmarks can swap them without touching the core.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -31,6 +32,30 @@ class AckSample:
     ev: int
     plane: int
     in_flight: int
+
+
+class PlaneRtt(Protocol):
+    """The per-plane round-trip facts a controller reads, owned by the
+    transport's path model (``transport.paths.model.PathModel``) and handed
+    over by ``congestion.registry.for_connection(..., paths=)``.
+
+    ``base_rtt``/``bases``: each plane's smallest SACK echo (its
+    propagation). ``delay_base``: each plane's smallest delay sample, the
+    ones the controller feeds with ``delay_sample`` (an ACK's RTT, a trimmed
+    header's round trip): the zero of its queueing delay.
+    """
+
+    def base_rtt(self, plane: int) -> float | None: ...
+
+    def bases(self) -> Mapping[int, float]: ...
+
+    def delay_sample(self, plane: int, rtt: float) -> float:
+        """Record a delay sample; returns the plane's ``delay_base`` after it."""
+        ...
+
+    def delay_base(self, plane: int) -> float | None: ...
+
+    def delay_bases(self) -> Mapping[int, float]: ...
 
 
 @runtime_checkable

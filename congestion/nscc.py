@@ -49,9 +49,10 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from congestion.base import AckSample, Pacer
+from congestion.base import AckSample, Pacer, PlaneRtt
 from congestion.nscc_deviations import REVOKE_FACTOR, UNDO_RTTS, NsccDeviations
 from congestion.nscc_params import DEVIATIONS, NsccParams
+from transport.paths.model import PLANE_GAIN, PathModel, smooth
 
 __all__ = ["DEVIATIONS", "REVOKE_FACTOR", "UNDO_RTTS", "Nscc", "NsccParams"]
 
@@ -68,6 +69,9 @@ class Nscc(NsccDeviations):
     the BDP. ``params`` is the algorithm (default ``NsccParams.braid()``);
     keywords replace single fields of it (``Nscc(target_delay=2e-3)``), which
     is how ``congestion.get("nscc", **congestion_params)`` builds one.
+    ``paths`` is the connection's path model, whose per-plane base RTTs the
+    controller reads (``PlaneRtt``); without one it keeps a model of its own,
+    fed by ``on_plane_rtt``.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class Nscc(NsccDeviations):
         mtu: int = 1500,
         base_rtt: float = 1e-3,
         line_rate: float = 125e6,
+        paths: PlaneRtt | None = None,
         **tuning: Any,
     ) -> None:
         p = NsccParams.braid() if params is None else params
@@ -116,9 +121,14 @@ class Nscc(NsccDeviations):
         self._qa_cfg = p.qa_delay
         self._fi_cfg = p.fi_delay
         self._min_rtt = math.inf
-        # Each plane's minimum RTT from every round trip through it
-        # (``on_plane_rtt``): the BDP is the sum of the planes' own.
-        self._plane_min: dict[int, float] = {}
+        # Per plane, the minimum RTT of every round trip through it (the BDP
+        # is the sum of the planes' own) and of the delay samples (the zero
+        # of each packet's queueing delay: planes are independent fabrics
+        # with their own propagation delay, so one connection-wide minimum
+        # would read the slower plane's propagation as queueing). Owned by
+        # the connection's path model; a controller alone keeps its own.
+        self._own_paths = paths is None
+        self._paths: PlaneRtt = PathModel() if paths is None else paths
         # Deviation 8: how many connections of this host are sending now
         # (``set_senders``); they share one maxwnd.
         self._senders = 1
@@ -143,10 +153,6 @@ class Nscc(NsccDeviations):
         init = self.bdp if p.initial_window is None else float(p.initial_window)
         self._cwnd = self._clamp(init)
         self._srtt: float | None = None
-        # Per-plane minimum RTT: planes are independent fabrics with their own
-        # propagation delay, so one connection-wide minimum would read the
-        # slower plane's propagation as queueing.
-        self._plane_base: dict[int, float] = {}
         self._delay = 0.0  # the last ACK's queueing delay (the quadrant's input)
         self._avg_delay = 0.0  # filtered: sizes MD, triggers QuickAdapt
         self._delivered: deque[tuple[float, int]] = deque()
@@ -198,7 +204,7 @@ class Nscc(NsccDeviations):
             # mean base RTT, not x the fastest plane's. Means within 50% of
             # the minimum are equal planes (their minima differ by a packet's
             # serialisation): the window stays as tight as the spec's.
-            pm = self._plane_min
+            pm = self._paths.bases()
             mean = sum(pm.values()) / len(pm) if pm else base
             pipe_rtt = mean if mean > 1.5 * base else base
         self.bdp = max(self.line_rate * pipe_rtt, float(self.mtu))
@@ -364,14 +370,12 @@ class Nscc(NsccDeviations):
             # No delay sample for this ACK (Karn): no quadrant to decide.
             self._update_pacer()
             return
-        self._srtt = rtt if self._srtt is None else 0.875 * self._srtt + 0.125 * rtt
+        self._srtt = rtt if self._srtt is None else smooth(self._srtt, rtt, PLANE_GAIN)
         if rtt < self._min_rtt:
             self._min_rtt = rtt
             self._set_base(rtt)
             self._cwnd = min(self._cwnd, self.max_window)
-        base = self._plane_base.get(sample.plane)
-        if base is None or rtt < base:
-            self._plane_base[sample.plane] = base = rtt
+        base = self._paths.delay_sample(sample.plane, rtt)
         d = max(rtt - base, 0.0)
         if self.host_floor:
             self._floor_on_delay(now, d)  # deviation 11
@@ -445,10 +449,13 @@ class Nscc(NsccDeviations):
         self._update_pacer()
 
     def on_plane_rtt(self, *, plane: int, rtt: float) -> None:
-        old = self._plane_min.get(plane)
-        if rtt > 0 and (old is None or rtt < old) and \
-                (old is not None or len(self._plane_min) < 64):
-            self._plane_min[plane] = rtt
+        if rtt <= 0:
+            return
+        own = self._paths
+        if self._own_paths and isinstance(own, PathModel) and own.tracks(plane):
+            own.plane_sample(plane, rtt)  # a connection's model has it already
+        base = self._paths.base_rtt(plane)
+        if base is not None and rtt <= base:
             self._set_base(self.base_rtt)
 
     def on_nack(self, *, now: float, trimmed_bytes: int, last_hop: bool,
@@ -532,7 +539,7 @@ class Nscc(NsccDeviations):
             "cwnd": self._cwnd,
             "srtt": math.nan if self._srtt is None else self._srtt,
             "qdelay": self._avg_delay,
-            "min_rtt": min(self._plane_base.values(), default=math.nan),
+            "min_rtt": min(self._paths.delay_bases().values(), default=math.nan),
             "pacing_rate": self._pacer.rate,
             "bdp": self.bdp,
             "max_window": self.max_window,

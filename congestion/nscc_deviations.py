@@ -12,6 +12,8 @@ import math
 from collections import deque
 from collections.abc import Callable
 
+from congestion.base import PlaneRtt
+
 #: Deviation 1 stands down when a delay sample exceeds this many times the
 #: delay of the RTT whose loss turned it on (no tail-drop buffer caps it).
 REVOKE_FACTOR = 1.25
@@ -35,7 +37,6 @@ class NsccDeviations:
     _delay: float
     _avg_delay: float
     _counts: dict[str, float]
-    _plane_base: dict[int, float]
     _blocked: bool
     _prev_blocked: bool
     loss_as_mark: bool
@@ -43,6 +44,7 @@ class NsccDeviations:
     mtu: int
     line_rate: float
     base_rtt: float
+    _paths: PlaneRtt
     target_delay: float
     qa_delay: float
     md_gain: float
@@ -198,9 +200,7 @@ class NsccDeviations:
         # The trimmed header skipped the trimming port's data queue: its
         # round trip is a base RTT sample for its plane.
         if rtt is not None and rtt > 0 and plane is not None:
-            base = self._plane_base.get(plane)
-            if base is None or rtt < base:
-                self._plane_base[plane] = rtt
+            self._paths.delay_sample(plane, rtt)
 
     def _last_hop_trim_cut(self, now: float) -> None:
         if self.trim_md and now - self._last_md >= self._rtt_est():

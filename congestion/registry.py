@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from congestion.base import CongestionController
+from congestion.base import CongestionController, PlaneRtt
 from congestion.fixed import FixedWindow
 from congestion.nscc import Nscc
 from congestion.nscc_params import NsccParams
@@ -19,16 +19,22 @@ _REGISTRY: dict[str, Factory] = {}
 #: payload), ``base_rtt`` (the first RTT guess) and ``line_rate`` (bytes/s
 #: over all planes).
 _TAKES_LINK: set[str] = set()
+#: Controllers whose factory takes the connection's path model (``paths``,
+#: a ``congestion.base.PlaneRtt``): they read its per-plane base RTTs.
+_TAKES_PATHS: set[str] = set()
 
 
-def register(name: str, factory: Factory, *, takes_link: bool = False) -> None:
+def register(name: str, factory: Factory, *, takes_link: bool = False,
+             takes_paths: bool = False) -> None:
     """Make ``factory(**params)`` available as ``get(name, **params)``; with
-    ``takes_link`` a connection also passes its link (``for_connection``)."""
+    ``takes_link`` a connection also passes its link, with ``takes_paths``
+    its path model (``for_connection``)."""
     _REGISTRY[name] = factory
-    if takes_link:
-        _TAKES_LINK.add(name)
-    else:
-        _TAKES_LINK.discard(name)
+    for flag, names_ in ((takes_link, _TAKES_LINK), (takes_paths, _TAKES_PATHS)):
+        if flag:
+            names_.add(name)
+        else:
+            names_.discard(name)
 
 
 def names() -> list[str]:
@@ -47,12 +53,16 @@ def get(name: str = DEFAULT, **params: Any) -> CongestionController:
 
 
 def for_connection(name: str, *, mtu: int, base_rtt: float, line_rate: float,
-                   params: Mapping[str, Any]) -> CongestionController:
-    """The controller a connection runs: its link, if the controller takes
-    one, under the configured ``params`` (which win)."""
+                   params: Mapping[str, Any],
+                   paths: PlaneRtt | None = None) -> CongestionController:
+    """The controller a connection runs: its link and its path model
+    (``paths``, the owner of the per-plane base RTTs), if the controller
+    takes them, under the configured ``params`` (which win)."""
     link: dict[str, Any] = {}
     if name in _TAKES_LINK:
         link = {"mtu": mtu, "base_rtt": base_rtt, "line_rate": line_rate}
+    if paths is not None and name in _TAKES_PATHS:
+        link["paths"] = paths
     return get(name, **{**link, **params})
 
 
@@ -60,6 +70,6 @@ def _nscc_uec(**params: Any) -> CongestionController:
     return Nscc(NsccParams.uec_spec(), **params)
 
 
-register("nscc", Nscc, takes_link=True)
-register("nscc-uec", _nscc_uec, takes_link=True)
+register("nscc", Nscc, takes_link=True, takes_paths=True)
+register("nscc-uec", _nscc_uec, takes_link=True, takes_paths=True)
 register("fixed", FixedWindow)

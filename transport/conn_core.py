@@ -84,7 +84,8 @@ class ConnCore:
         self._now = now
         c = config
         #: Per-plane and per-EV RTT and last-heard times: one owner, read by
-        #: the sender's loss thresholds, the EV set's liveness and path health.
+        #: the sender's loss thresholds, the EV set's liveness, path health
+        #: and the congestion controller's base RTTs.
         self.path_model = PathModel(c.planes)
         self.paths: PathPolicy = get_policy(
             c.path_policy, planes=c.planes, evs_per_plane=c.evs_per_plane,
@@ -93,7 +94,8 @@ class ConnCore:
         )
         self.cc = cc_registry.for_connection(
             c.congestion, mtu=c.payload_size, base_rtt=c.initial_rtt,
-            line_rate=c.plane_rate * c.planes, params=c.congestion_params)
+            line_rate=c.plane_rate * c.planes, params=c.congestion_params,
+            paths=self.path_model)
         #: The loss classifier's per-connection delay history, fed by a
         #: controller that measures queueing delay (None: it does not).
         self.loss_history: LossHistory | None = None

@@ -11,9 +11,18 @@ One smoothing rule for all of them (``smooth``, gains below), in this one
 place. The sender feeds the samples at the moment it takes them (its loss
 thresholds read them in the same SACK), the EV set's liveness rule reads
 the per-plane RTT and the last-heard times, path health reads the
-last-heard times, and the congestion controller can read the per-plane base
-RTT (``base_rtt``; today it still keeps its own, fed by ``on_plane_rtt``
-with the same samples).
+last-heard times, and the congestion controller reads the per-plane base
+RTTs (``congestion.base.PlaneRtt``: ``base_rtt``/``bases`` and
+``delay_base``; it is handed the model by ``congestion.registry.for_connection``).
+
+Two per-plane minima, because they are two facts. ``plane_min`` is the
+smallest SACK echo of the plane (including echoes of packets a faster
+plane's SACK acknowledged first): its propagation, which sizes the pipe.
+``delay_min`` is the smallest round trip of the samples the controller is
+handed (each ACK's RTT sample, and, with NSCC's ``trim_base``, a trimmed
+header's round trip): the zero of its per-packet queueing delay. The
+controller feeds ``delay_min`` (``delay_sample``), since only it sees those
+samples and decides which count.
 
 Two per-plane round trips, because two questions are asked of a plane.
 The loss thresholds ask how long *data* takes (``plane_srtt``: SACK echoes
@@ -27,6 +36,7 @@ fed here, by the same samples, with the same rule.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 #: Smoothing gain of the connection's and each plane's RTT (RFC 6298's alpha).
 PLANE_GAIN = 0.125
@@ -72,7 +82,7 @@ def ev_key(plane: int, value: int) -> int:
 class PathModel:
     """Per-plane and per-EV RTT, and when each plane was last heard from."""
 
-    __slots__ = ("answer_srtt", "ev_srtt", "heard", "plane_min", "plane_srtt")
+    __slots__ = ("answer_srtt", "delay_min", "ev_srtt", "heard", "plane_min", "plane_srtt")
 
     def __init__(self, planes: int = 0) -> None:
         #: Smoothed RTT per plane (SACK echoes through it): the floor of every
@@ -83,8 +93,11 @@ class PathModel:
         #: Smoothed round trip of anything the plane answers (SACK echoes
         #: and probe answers): what its liveness timers wait for.
         self.answer_srtt: dict[int, float] = {}
-        #: Smallest RTT sample per plane (its base RTT).
+        #: Smallest SACK echo per plane (its base RTT).
         self.plane_min: dict[int, float] = {}
+        #: Smallest round trip per plane of the congestion controller's delay
+        #: samples (``delay_sample``): the zero of its queueing delay.
+        self.delay_min: dict[int, float] = {}
         #: Smoothed RTT per EV, by ``ev_key``.
         self.ev_srtt: dict[int, float] = {}
         #: When anything (ACK, trim NACK, probe answer) last came back from
@@ -122,8 +135,32 @@ class PathModel:
         return self.plane_srtt.get(plane)
 
     def base_rtt(self, plane: int) -> float | None:
-        """The plane's smallest RTT sample (None: none yet)."""
+        """The plane's smallest SACK echo (None: none yet)."""
         return self.plane_min.get(plane)
+
+    def bases(self) -> Mapping[int, float]:
+        """Every plane's smallest SACK echo, of the planes the connection has
+        (a peer may name others in its SACKs: they are not its pipe)."""
+        n = len(self.heard)
+        pm = self.plane_min
+        if n == 0 or all(p < n for p in pm):
+            return pm
+        return {p: v for p, v in pm.items() if p < n}
+
+    def delay_sample(self, plane: int, rtt: float) -> float:
+        """A delay sample of ``plane`` (an ACK's RTT, a trimmed header's
+        round trip); returns the plane's ``delay_min`` after it."""
+        base = self.delay_min.get(plane)
+        if base is None or rtt < base:
+            self.delay_min[plane] = base = rtt
+        return base
+
+    def delay_base(self, plane: int) -> float | None:
+        """The plane's smallest delay sample (None: none yet)."""
+        return self.delay_min.get(plane)
+
+    def delay_bases(self) -> Mapping[int, float]:
+        return self.delay_min
 
     def ev_rtt(self, plane: int, value: int) -> float | None:
         return self.ev_srtt.get(ev_key(plane, value))
