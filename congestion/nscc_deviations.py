@@ -109,9 +109,10 @@ class NsccDeviations:
         self._undo_until = -math.inf
         # Deviation 11: the host delay floor (``_floor_on_delay``), seconds,
         # and its history: per RTT-long bucket [start, lowest delay sample,
-        # 1 if a loss was reported in it], as many as deviation 1 keeps.
+        # 1 if a loss was reported in it], as many as deviation 1 keeps
+        # (only with the switch on: a half-open connection's memory is bounded).
         self._floor = 0.0
-        self._floor_rtts: deque[list[float]] = deque()
+        self._floor_rtts: deque[list[float]] | None = deque() if self.host_floor else None
 
     # -- 1. loss as the mark on a fabric that never marks --------------------------
 
@@ -286,6 +287,7 @@ class NsccDeviations:
         """Per RTT, the lowest queueing delay; at each new RTT the floor is
         reconsidered (``_set_floor``)."""
         rtts = self._floor_rtts
+        assert rtts is not None  # host_floor is on
         if not rtts or now >= rtts[-1][0] + self._rtt_est():
             rtts.append([now, d, 0.0])
             while len(rtts) > self.calm_rtts + 2:
@@ -316,6 +318,7 @@ class NsccDeviations:
         last ``calm_rtts`` RTTs. Any lower per-RTT minimum brings it down at
         once."""
         rtts = self._floor_rtts
+        assert rtts is not None  # host_floor is on
         n = len(rtts) - 1  # whole RTTs only
         floor = 0.0
         if n >= FLOOR_RTTS and not self._fabric_signals:
