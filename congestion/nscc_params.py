@@ -105,8 +105,11 @@ class NsccParams:
     spurious_undo: bool = True
     #: 10. While delay is the mark (deviation 1), the proportional increase
     #: converts headroom at the rate delivered over the last RTT when that is
-    #: below the line rate (UEC: at the line rate).
-    measured_growth: bool = True
+    #: below the line rate (UEC: at the line rate). Off by default: it cuts
+    #: a tail-drop link's resends when ``plane_rate`` overstates the link,
+    #: but doubles the busy-host compound scenario's longest gap (99 ->
+    #: 227 ms in virtual time; docs/congestion.md, "Plain tail-drop links").
+    measured_growth: bool = False
     #: 11. On a fabric that never marked or trimmed, maxwnd also covers the
     #: host delay floor: the lowest per-RTT minimum delay of the last
     #: ``FLOOR_RTTS`` RTTs (off by default: docs/congestion.md).
@@ -151,7 +154,7 @@ class NsccParams:
     def braid(cls) -> NsccParams:
         """Braid's NSCC: every deviation that is on by default on (deviation 4
         is on with ``mark_gain`` 0, which sizes every MD as UEC does;
-        deviation 11, ``host_floor``, is off)."""
+        deviations 10 and 11, ``measured_growth`` and ``host_floor``, are off)."""
         return cls()
 
     @classmethod

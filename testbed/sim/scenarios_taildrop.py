@@ -61,17 +61,20 @@ def taildrop_fabric(*, planes: int = 2, rate: float = PLANE_RATE, buffer: int = 
 def run_stream(fab: Fabric, *, duration: float = 3.0, msg_size: int = 64 << 10,
                depth: int = 64, warmup: float = 0.2, seed: int = 1,
                plane_rate: float | None = None, host_floor: bool = True,
-               **cfg: Any) -> dict[str, Any]:
+               measured_growth: bool = True, **cfg: Any) -> dict[str, Any]:
     """One pipelined stream a -> b for ``duration`` virtual s; figures over
     [start + warmup, end]. Per-bin bytes are DATA wire bytes delivered to b
-    (resends included: the link carried them). ``host_floor``: NSCC's
-    deviation 11, on here unless told otherwise (the daemon leaves it off)."""
+    (resends included: the link carried them). ``host_floor`` and
+    ``measured_growth``: NSCC's deviations 11 and 10, on here unless told
+    otherwise (the daemon leaves both off: docs/congestion.md)."""
     sim = Simulator(fab)
     told = fab.link("spine", "b", 0, 0).rate if plane_rate is None else plane_rate
     config = host_config(fab, plane_rate=told, seed=seed, **cfg)
-    # NSCC deviation 11 (off by default: docs/congestion.md, "Plain tail-drop links").
+    # NSCC deviations 10 and 11 (off by default: docs/congestion.md, "Plain
+    # tail-drop links").
     config = replace(config, congestion_params={**config.congestion_params,
-                                                "host_floor": host_floor})
+                                                "host_floor": host_floor,
+                                                "measured_growth": measured_growth})
     a, b = connect_pair(sim, "a", "b", config=config)
     b.keep_data = False
     _establish(sim, a, b, limit=0.5)

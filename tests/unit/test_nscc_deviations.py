@@ -39,10 +39,11 @@ def uec(**kw: float) -> Nscc:
 # -- the presets ----------------------------------------------------------------------
 
 
-def test_braid_is_the_default_with_every_switch_on_and_uec_spec_with_every_switch_off() -> None:
+def test_braid_is_the_default_and_uec_spec_has_every_switch_off() -> None:
     assert NsccParams.braid() == NsccParams() == Nscc().params
     on = NsccParams.braid().deviations()
-    assert [k for k, v in on.items() if not v] == ["host_floor"]  # off by default
+    # off by default (docs/congestion.md, "Plain tail-drop links")
+    assert [k for k, v in on.items() if not v] == ["measured_growth", "host_floor"]
     assert not any(NsccParams.uec_spec().deviations().values())
     assert len(DEVIATIONS) == len(set(DEVIATIONS)) == 19
     # Keywords replace single fields (how congestion_params reach it).
