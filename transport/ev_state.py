@@ -1,6 +1,6 @@
 """EV health: states, events and the transition table, and the EV record.
 
-After MRC's EV states (PROTOCOL-NOTES.md): the table below is the single
+After MRC's EV states (the MRC paper, 2026): the table below is the single
 source of truth; ``EvSet`` (``transport/paths/ev_set.py``) applies it, with
 plane liveness (``paths/liveness.py``) and probing (``paths/probes.py``);
 the policies of ``transport/paths/`` read the resulting states, and
