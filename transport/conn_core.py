@@ -20,7 +20,7 @@ from transport.host_share import HostShare
 from transport.loss_policy import LossCause, LossHistory, QueueSensor, classify
 from transport.path_health import PathHealth
 from transport.paths import PathPolicy, get_policy
-from transport.paths.model import PathModel
+from transport.paths.rtt import PathModel
 from transport.psn import wire as psn_wire
 from transport.receiver import Receiver
 from transport.sender import Sender, SentPacket

@@ -97,7 +97,7 @@ class Ev:
     ``value`` (0..65535) is what the I/O maps to a UDP source port / flow
     label. Identity matters (``eq=False``): policies compare EVs with ``is``.
     Times are seconds on the caller's clock. Its RTT is kept with every
-    path's in ``transport/paths/model.py`` (``PathModel``).
+    path's in ``transport/paths/rtt.py`` (``PathModel``).
     """
 
     plane: int

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from transport.ev_state import Ev
 from transport.loss_detect import LossDetection
 from transport.loss_policy import LossVerdict
-from transport.paths.model import RttEstimator
+from transport.paths.rtt import RttEstimator
 from transport.psn import unwrap
 from transport.send_queue import SentPacket
 from wire.constants import ACK_DELAY_HZ

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from transport.ev_state import TRANSITIONS, Ev, EvEvent, EvState, PlaneState
-from transport.paths.model import PathModel
+from transport.paths.rtt import PathModel
 
 GOOD = EvState.GOOD
 SKIP = EvState.SKIP

@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import math
 
-from transport.paths.model import PLANE_GAIN
+from transport.paths.rtt import PLANE_GAIN
 
 #: Smoothing of each plane's queueing delay (per sample): the path model's
-#: gain for a plane's RTT (``transport/paths/model.py``), as NSCC's.
+#: gain for a plane's RTT (``transport/paths/rtt.py``), as NSCC's.
 DELAY_EWMA = PLANE_GAIN
 #: Per ``HORIZON`` of time (an update moves by its share of one): how hard
 #: a weight moves towards equal delays (exponent of the delay ratio), at most
