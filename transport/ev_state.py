@@ -4,7 +4,7 @@ After MRC's EV states (the MRC paper, 2026): the table below is the single
 source of truth; ``EvSet`` (``transport/paths/ev_set.py``) applies it, with
 plane liveness (``paths/liveness.py``) and probing (``paths/probes.py``);
 the policies of ``transport/paths/`` read the resulting states, and
-``tools/gen_state_diagrams.py`` draws it into docs/state-machines.md.
+``tools/docs/state_diagrams.py`` draws it into docs/state-machines.md.
 
 An event absent from a state's row leaves the state unchanged and is not
 recorded anywhere (e.g. an ECN-marked ACK on an ASSUMED_BAD EV, a last-hop
