@@ -364,7 +364,7 @@ class InprocPerf(Perf):
                             if host in (s.src, s.dst)]}
         argv = [*self.launch(host), sys.executable, "-m", "tools.cli.perf_run", "worker",
                 json.dumps(spec)]
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=root, PYTHONUNBUFFERED="1")
         with open(self.logs[host], "ab") as log:
             proc = await asyncio.create_subprocess_exec(
