@@ -4,10 +4,11 @@
 controller the connection core drives with ``AckSample`` records.
 """
 
-from congestion.base import AckSample, CongestionController, Pacer
+from congestion.base import AckSample, CongestionController
 from congestion.fixed import FixedWindow
 from congestion.nscc import Nscc
 from congestion.nscc_params import NsccParams
+from congestion.pacing import Pacer
 from congestion.registry import DEFAULT, get, names, register
 
 __all__ = [

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 
-from congestion.base import AckSample, Pacer
+from congestion.base import AckSample
+from congestion.pacing import Pacer
 
 
 class FixedWindow:

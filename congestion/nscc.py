@@ -49,10 +49,11 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from congestion.base import AckSample, Pacer, PlaneRtt
+from congestion.base import AckSample, PlaneRtt
 from congestion.nscc_deviations import REVOKE_FACTOR, UNDO_RTTS, NsccDeviations
 from congestion.nscc_params import DEVIATIONS, NsccParams
-from transport.paths.model import PLANE_GAIN, PathModel, smooth
+from congestion.pacing import Pacer
+from transport.paths.rtt import PLANE_GAIN, PathModel, smooth
 
 __all__ = ["DEVIATIONS", "REVOKE_FACTOR", "UNDO_RTTS", "Nscc", "NsccParams"]
 

@@ -1,6 +1,6 @@
 """The testbed's own error: something the user can fix (a bad topology key, a
 name already up, a malformed fault). The CLI (``tools.cli``) reports it as one
-line without a traceback, like ``tools.errors.UserError``."""
+line without a traceback, like ``tools.common.errors.UserError``."""
 
 
 class TestbedError(Exception):

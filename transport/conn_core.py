@@ -20,7 +20,7 @@ from transport.host_share import HostShare
 from transport.loss_policy import LossCause, LossHistory, QueueSensor, classify
 from transport.path_health import PathHealth
 from transport.paths import PathPolicy, get_policy
-from transport.paths.model import PathModel
+from transport.paths.rtt import PathModel
 from transport.psn import wire as psn_wire
 from transport.receiver import Receiver
 from transport.sender import Sender, SentPacket
@@ -144,7 +144,7 @@ class ConnCore:
         #: immediate ACK. The controller's per-plane base RTT is that plane's
         #: smallest sample; with ACKs every ``ack_every`` packets a plane's
         #: first sample could come from a packet sent behind the connection's
-        #: own initial window (issue 12: 4-to-1 incast, the second plane's base
+        #: own initial window (a 4-to-1 incast: the second plane's base
         #: read 4.3 ms for a 0.6 ms path, so half of all ACKs said "no queue" at
         #: 4 ms of queueing). With one plane every sample shares one base and
         #: the first regular ACK is taken as it always was (asking there

@@ -48,7 +48,7 @@ class ConnScheduler(ConnDispatch):
         s, cc, cfg = self.sender, self.cc, self.config
         size = cfg.payload_size
         budget = cfg.max_burst
-        # Issue 14: the window and the pacer are checked per packet as numbers
+        # Per batch, not per packet: the window and the pacer are numbers
         # (one send_quota, one on_sent_run), new data is taken a spray run
         # at a time (one EV pick, one in-flight and one EV update per run),
         # and a run's TxPath is one object.

@@ -1,5 +1,5 @@
 """Connection states as data (h11-style): the table is the single source of
-truth; ``tools/gen_state_diagrams.py`` can draw it into docs."""
+truth; ``tools/docs/state_diagrams.py`` can draw it into docs."""
 
 from __future__ import annotations
 

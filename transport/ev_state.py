@@ -1,10 +1,10 @@
 """EV health: states, events and the transition table, and the EV record.
 
-After MRC's EV states (PROTOCOL-NOTES.md): the table below is the single
+After MRC's EV states (the MRC paper, 2026): the table below is the single
 source of truth; ``EvSet`` (``transport/paths/ev_set.py``) applies it, with
 plane liveness (``paths/liveness.py``) and probing (``paths/probes.py``);
 the policies of ``transport/paths/`` read the resulting states, and
-``tools/gen_state_diagrams.py`` draws it into docs/state-machines.md.
+``tools/docs/state_diagrams.py`` draws it into docs/state-machines.md.
 
 An event absent from a state's row leaves the state unchanged and is not
 recorded anywhere (e.g. an ECN-marked ACK on an ASSUMED_BAD EV, a last-hop
@@ -97,7 +97,7 @@ class Ev:
     ``value`` (0..65535) is what the I/O maps to a UDP source port / flow
     label. Identity matters (``eq=False``): policies compare EVs with ``is``.
     Times are seconds on the caller's clock. Its RTT is kept with every
-    path's in ``transport/paths/model.py`` (``PathModel``).
+    path's in ``transport/paths/rtt.py`` (``PathModel``).
     """
 
     plane: int

@@ -1,4 +1,4 @@
-"""One host's sending connections share its NICs (issue 13, session 14).
+"""One host's sending connections share its NICs.
 
 Each connection's congestion controller caps its window at maxwnd, sized to
 the NIC's line rate (BDP plus the target queue). A host that sends to three

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from transport.ev_state import Ev
 from transport.loss_detect import LossDetection
 from transport.loss_policy import LossVerdict
-from transport.paths.model import RttEstimator
+from transport.paths.rtt import RttEstimator
 from transport.psn import unwrap
 from transport.send_queue import SentPacket
 from wire.constants import ACK_DELAY_HZ
@@ -232,7 +232,7 @@ class InflightTable(LossDetection):
         """``_ack`` each of ``psns`` that is in flight or declared lost, in
         order. A first transmission still in flight (nearly every packet)
         takes an inlined path: its ack is exact and cannot be spurious
-        (issue 14: SACK processing is per acknowledged packet, keep it lean)."""
+        (SACK processing is per acknowledged packet: keep it lean)."""
         inflight, lost = self.inflight, self._lost
         ev_acked = self._ev_acked_seq
         segments = self._msg_segments
@@ -337,7 +337,7 @@ class InflightTable(LossDetection):
             # A resent packet acknowledged already, and now a SACK names an
             # older copy of it (the receiver repeats its SACK for a
             # duplicate): that copy arrived after all, so its loss was only
-            # lateness (a slower plane's, a longer queue's; issue 13).
+            # lateness (a slower plane's, a longer queue's).
             # Without this a resend was found out only when the older copy's
             # SACK came back first. (A SACK naming the latest copy proves
             # nothing: the older copy's SACK may have been lost instead.)
@@ -400,14 +400,13 @@ class InflightTable(LossDetection):
             # probe only. (Copies resent by the time rule do not count: under
             # heavy random loss their late originals made the probe wait
             # longer when a packet was lost again and again; the compound
-            # row, docs/claims.md "Session 8".) Without it a flow behind a
+            # row of the claims.) Without it a flow behind a
             # standing queue sampled only the packets that beat its probe
             # timer, kept an srtt of 3 ms against a 10 ms queue, and resent
-            # by probe half of what it sent (issue 13, fairness at 25
+            # by probe half of what it sent (the claims' fairness row at 25
             # Mbit/s). Not for the time rule, the EVs, the planes or NSCC:
             # these samples are the late packets (fed to NSCC they cost
-            # fairness under unequal host jitter in virtual time;
-            # docs/claims.md, "Session 8").
+            # fairness under unequal host jitter in virtual time).
             rtt = self._echo_rtt(sack, now_us)
             self._echoes.append(sack.echo_ts)
             if 0 < rtt < 60:

@@ -4,7 +4,7 @@ trimmed-header NACKs, and sweeps of a plane or of the whole window."""
 
 from __future__ import annotations
 
-from transport.paths.model import PathModel, RttEstimator
+from transport.paths.rtt import PathModel, RttEstimator
 from transport.psn import unwrap
 from transport.send_queue import SendQueue, SentPacket
 

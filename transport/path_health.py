@@ -104,7 +104,7 @@ class PathHealth:
         mark, one EV's per-packet credits commute (counts add, the plane hears
         the newest send time, the loss score decays by the count), so
         crediting a run at once leaves the state per-packet crediting would
-        (issue 14: SACK processing per run, not per packet)."""
+        (SACK processing per run, not per packet)."""
         run_ev: Ev | None = None
         n = 0
         newest = 0.0

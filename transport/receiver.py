@@ -110,7 +110,7 @@ class Receiver:
         # one 64-PSN bitmap ending at the last arrival may not cover it.
         self._pend_lo: int | None = None
         #: ... and its top, with the plane that packet came by: a packet of a
-        #: faster plane can be far above the last arrival (issue 13).
+        #: faster plane can be far above the last arrival.
         self._pend_hi = -1
         self._pend_hi_plane = 0
         self._ack_deadline: float | None = None

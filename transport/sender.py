@@ -36,7 +36,7 @@ from collections import deque
 
 from transport.inflight import RECOVERY_BOUNDS_MS, RECOVERY_KEYS, AckResult
 from transport.loss_policy import TWIN_AFTER_LOSSES
-from transport.paths.model import PathModel, RttEstimator
+from transport.paths.rtt import PathModel, RttEstimator
 from transport.send_queue import SentPacket, _Outbound
 from transport.tlp_rto import MAX_TLPS, TLP_PACKETS, TailProbes
 from wire.constants import INITIAL_CREDIT

@@ -160,7 +160,7 @@ def test_perf_inproc_runs_endpoints_in_the_workers(
     assert sorted(res["cpu_s"]) == ["perf", "worker h0", "worker h1"]
     assert res["cpu_s"]["worker h0"] > 0 and res["cpu_s_per_GB"] > 0
     # the workers are gone, nothing of theirs left in the namespaces
-    left = subprocess.run(["pgrep", "-af", "tools.perf_run worker"], capture_output=True,
+    left = subprocess.run(["pgrep", "-af", "tools.cli.perf_run worker"], capture_output=True,
                           text=True)
     assert str(run) not in left.stdout
     # the human form: per-interval lines and the summary with its CPU line

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tools.bench_endpoint import measure
+from tools.bench.endpoint import measure
 
 
 def test_idle_connections_leave_the_busy_ones_schedule_alone() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_aio import transfer
 
-from tools import bench_paced as bp
+import tools.bench.paced as bp
 from tools.claims import cpu
 
 STAT = """cpu  1000 20 300 5000 50 10 70 5 0 0

@@ -7,7 +7,7 @@ import pytest
 import congestion
 from congestion.base import AckSample
 from congestion.nscc import Nscc, NsccParams
-from transport.paths.model import PathModel
+from transport.paths.rtt import PathModel
 
 MTU, BASE, RATE = 1500, 1e-3, 125e6
 

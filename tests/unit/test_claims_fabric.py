@@ -85,7 +85,7 @@ def test_connection_settings_are_checked_as_the_daemon_would() -> None:
     import tomllib
 
     from tools.claims.fabric import connection_toml, parse_connection
-    from tools.errors import UserError
+    from tools.common.errors import UserError
 
     got = parse_connection(["ack_delay=3e-4", " ack_every = 16", "spray_run=8"])
     assert got == {"ack_delay": 3e-4, "ack_every": 16, "spray_run": 8}

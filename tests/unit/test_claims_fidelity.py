@@ -163,7 +163,7 @@ def test_rate_auto_is_bounded_and_settles_on_the_lowest_rung() -> None:
 def test_rate_argument_takes_auto_or_a_number() -> None:
     import argparse
 
-    from tools import bench_claims
+    import tools.claims.bench as bench_claims
 
     assert bench_claims._rate_arg("auto") == "auto" and bench_claims._rate_arg("50") == 50
     with pytest.raises(argparse.ArgumentTypeError):

@@ -139,7 +139,7 @@ def test_only_the_plain_full_matrix_is_named_claims() -> None:
 def test_the_fabric_takes_a_plane_count_and_rate_within_bounds() -> None:
     from tools.claims import fabric as cf
     from tools.claims.rows import plane_cap_bps
-    from tools.errors import UserError
+    from tools.common.errors import UserError
 
     try:
         cf.configure(4, 50)
@@ -159,7 +159,7 @@ def test_capacities_follow_the_fabric_mtu() -> None:
     divides by must follow, or a jumbo run would flatter every ratio."""
     from tools.claims import fabric as cf
     from tools.claims.rows import eff, plane_cap_bps
-    from tools.errors import UserError
+    from tools.common.errors import UserError
 
     # Braid's daemons size DATA to the path MTU: 1388 bytes at 1500, 4096 at 4208.
     assert eff("braid") == pytest.approx(1388 / 1514)

@@ -179,7 +179,7 @@ TRANSPORT_LAYERS: list[list[str]] = [
     ["transport.loss_detect"],
     ["transport.send_queue", "transport.receiver"],
     # Facts every layer reads: the EV state table, the path model.
-    ["transport.ev_state", "transport.paths.model", "transport.psn"],
+    ["transport.ev_state", "transport.paths.rtt", "transport.psn"],
     ["transport", "transport.config", "transport.conn_state", "transport.datagram",
      "transport.events"],
 ]

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tools import gen_state_diagrams as gen
+from tools.docs import state_diagrams as gen
 from transport.ev_state import TRANSITIONS
 
 
 def test_doc_is_up_to_date() -> None:
-    assert gen.DOC.exists(), "run python -m tools.gen_state_diagrams"
+    assert gen.DOC.exists(), "run python -m tools.docs.state_diagrams"
     text = gen.DOC.read_text()
-    assert gen.render(text) == text, "stale: run python -m tools.gen_state_diagrams"
+    assert gen.render(text) == text, "stale: run python -m tools.docs.state_diagrams"
     assert gen.main(["--check"]) == 0
 
 

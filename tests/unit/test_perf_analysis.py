@@ -4,7 +4,7 @@ byte-exact content check (no root, no daemons)."""
 
 from __future__ import annotations
 
-from tools.perf_run import Perf, Sample, Stream, interval_row, summary
+from tools.cli.perf_run import Perf, Sample, Stream, interval_row, summary
 
 
 def _s(t: float, delivered: int, retx: int, planes: dict[str, int]) -> Sample:

@@ -10,7 +10,7 @@ import pytest
 from test_daemon import run, write_configs
 
 import braid
-from tools.perf_run import InprocPerf, Stream, WorkerError, summary
+from tools.cli.perf_run import InprocPerf, Stream, WorkerError, summary
 
 
 def _perf(tmp: Path, configs: dict[str, str], size: int | None, duration: float | None

@@ -3,7 +3,14 @@ placed so they never overlap, a y range an initial value cannot squash."""
 
 from __future__ import annotations
 
-from tools.plotting import Bar, fault_lanes, fault_spans, label_rows, robust_ylim, split_fault
+from tools.common.plotting import (
+    Bar,
+    fault_lanes,
+    fault_spans,
+    label_rows,
+    robust_ylim,
+    split_fault,
+)
 
 
 def test_split_fault() -> None:

@@ -87,7 +87,7 @@ def test_timeline_reads_as_the_testbeds_fault_grammar() -> None:
 
 
 def test_invisibility_plot_is_written(tmp_path: Path) -> None:
-    from tools.sim_plot import plot_invisibility
+    from tools.bench.sim_plot import plot_invisibility
 
     def run(p100: float) -> dict[str, object]:
         series = [(0.02 * i, 0.02 + 0.001 * (i % 5)) for i in range(100)]

@@ -1,9 +1,9 @@
 """The soak's failure ledger: daemon log lines parsed, each failure set against
-the fault timeline and the restarts, explained or not (tools/soak.py)."""
+the fault timeline and the restarts, explained or not (tools/robustness/soak.py)."""
 
 from __future__ import annotations
 
-from tools.soak import Failure, Fault, Restart, classify_failures, parse_daemon_log
+from tools.robustness.soak import Failure, Fault, Restart, classify_failures, parse_daemon_log
 
 LOG = """\
 ts=1000.000000 level=info event=connection_established peer=h1 role=initiator cid=5 remote_cid=9

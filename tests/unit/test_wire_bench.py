@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.bench_common import replace_section, time_callable
+from tools.bench.common import replace_section, time_callable
 from tools.cli import main
 from wire.codec import c_classes
 

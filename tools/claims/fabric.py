@@ -30,7 +30,7 @@ from typing import Any
 
 from tools.claims import cpu as claims_cpu
 from tools.claims.fidelity import gap_window
-from tools.errors import UserError
+from tools.common.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 PLANES = 2

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tools.bench_common import markdown_table, replace_section, text_table
+from tools.bench.common import markdown_table, replace_section, text_table
 from tools.claims import fidelity_report as fr
 from tools.claims import metrics as m
 from tools.claims.rows import CE_MARK
@@ -643,8 +643,8 @@ def write_all(data: dict[str, Any], out: Path, plots_dir: Path, *, update_docs: 
     ``claims`` section of the docs. A variant run never touches the docs: its
     plots go to ``out`` whatever ``plots_dir`` says, and its markdown links
     them from there."""
-    from tools.bench_common import REPO_ROOT, progress
-    from tools.errors import UserError
+    from tools.bench.common import REPO_ROOT, progress
+    from tools.common.errors import UserError
 
     variant = is_variant(data)
     if variant:

@@ -337,7 +337,7 @@ def write_plot(rep: dict[str, Any], rows: list[dict[str, Any]], t0: float, path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tools.plotting import draw_fault_lanes, fault_lanes, fault_spans, plane_colour
+    from tools.common.plotting import draw_fault_lanes, fault_lanes, fault_spans, plane_colour
 
     tl = rep["goodput_timeline"]
     end = max([rep.get("duration_s") or 0.0] + [x["t"] + BIN for x in tl])

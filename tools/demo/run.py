@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from tools.errors import UserError
+from tools.common.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -292,7 +292,7 @@ def _last_json(path: Path) -> dict[str, Any] | None:
 
 def run_demo(args: argparse.Namespace) -> int:
     from tools.claims.fidelity import Monitor
-    from tools.cmd_transfer import parse_size
+    from tools.cli.transfer import parse_size
     from tools.demo import DEFAULT_SIZE, QUICK_SIZE
 
     if os.geteuid() != 0:

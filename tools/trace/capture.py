@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from tools.errors import UserError
+from tools.common.errors import UserError
 from wire.constants import UDP_PORT
 
 _READY_MARK = "listening on"

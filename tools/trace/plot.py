@@ -186,7 +186,7 @@ def _marks_for(series: dict[Any, Thinned], plane: int, *, kind: bool = False
 def _event_strip(ax: Any, marks: list[tuple[float, str]], xmax: float, width_in: float
                  ) -> None:
     """Fault labels in rows so that none overlaps another; EV transitions as ticks."""
-    from tools.plotting import label_rows
+    from tools.common.plotting import label_rows
 
     faults = sorted((t, lab) for t, lab in marks if not lab.endswith(" bad"))
     bad = [t for t, lab in marks if lab.endswith(" bad")]
@@ -218,7 +218,7 @@ def render(d: PlotData, out: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tools.plotting import plane_colour, robust_ylim
+    from tools.common.plotting import plane_colour, robust_ylim
 
     planes = sorted(d.psn) or [0]
     per_plane = len(planes) <= MAX_PLANE_PANELS

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tools.errors import UserError
+from tools.common.errors import UserError
 
 _HOST_RE = re.compile(r"h\d+")
 _PLANE_IF_RE = re.compile(r"p\d+")

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from transport.ev_state import TRANSITIONS, Ev, EvEvent, EvState, PlaneState
-from transport.paths.model import PathModel
+from transport.paths.rtt import PathModel
 
 GOOD = EvState.GOOD
 SKIP = EvState.SKIP
@@ -74,7 +74,7 @@ class _Plane:
     #: The connection's smoothed RTT when the plane was last heard from: the
     #: RTT it had when (if) the plane went silent. A park logs it, since
     #: the connection's srtt moves during the silence (a fault that also
-    #: hurts the survivor drains its queue: issue 13's compound row).
+    #: hurts the survivor drains its queue: the claims' compound row).
     heard_srtt: float = 0.0
 
 
@@ -276,8 +276,8 @@ class EvSetCore:
     def plane_srtt(self, plane: _Plane) -> float | None:
         """How long the plane takes to answer (``PathModel.answer_srtt``; None:
         no answer timed yet). Planes are independent fabrics: one 4x slower
-        than the others must not look silent by the connection's (mixed) RTT
-        (issue 13)."""
+        than the others must not look silent by the connection's (mixed)
+        RTT."""
         return self.model.answer_srtt.get(plane.index)
 
     def _log_plane(self, now: float, plane: _Plane, what: str, cause: str) -> None:

@@ -297,7 +297,7 @@ class PlaneLiveness(EvSetCore):
         # ASSUMED_BAD and are probed one by one: a plane parked for silence
         # at the end of a burst whose last packets went to its dead spine
         # would otherwise spray on that spine again after every unpark
-        # (issue 13: the invisibility row's spine reboot parked and
+        # (the claims' invisibility row: a spine reboot parked and
         # unparked plane 0 every 5-140 ms for 500 ms). A plane most of
         # whose EVs were bad died as a whole: it comes back whole.
         bad = plane.bad_at_park

@@ -1,4 +1,4 @@
-"""How much of a connection's traffic each plane gets (issue 13).
+"""How much of a connection's traffic each plane gets.
 
 Spraying evenly over planes is right while the planes are equal. When one is
 slower (half its rate, or a longer queue), an even spray fills the slow
@@ -39,16 +39,16 @@ from __future__ import annotations
 
 import math
 
-from transport.paths.model import PLANE_GAIN
+from transport.paths.rtt import PLANE_GAIN
 
 #: Smoothing of each plane's queueing delay (per sample): the path model's
-#: gain for a plane's RTT (``transport/paths/model.py``), as NSCC's.
+#: gain for a plane's RTT (``transport/paths/rtt.py``), as NSCC's.
 DELAY_EWMA = PLANE_GAIN
 #: Per ``HORIZON`` of time (an update moves by its share of one): how hard
 #: a weight moves towards equal delays (exponent of the delay ratio), at most
 #: by what factor either way, and how hard it is pulled back towards even (so
 #: that delay noise, symmetric across planes, cannot walk the weights away).
-#: Tuned on the claims testbed's half-rate row (issue 13): gain 1.0 gave
+#: Tuned on the claims testbed's half-rate row: gain 1.0 gave
 #: 0.87-0.88 of capacity, 0.5 0.88-0.92, 0.25 0.85-0.96, 0.35 0.91-0.94;
 #: the simulated 2 ms-jitter half-rate case wants at least 0.35 (0.90).
 GAIN = 0.35
@@ -68,7 +68,7 @@ HORIZON = 0.05
 #: ``(1 - excess) ** LOSS_POWER``.
 #: Queueing delay alone reads a lossy plane as an *idle* one (what it drops
 #: never queues), so without this a gray host uplink, which loses on every EV
-#: of its plane alike, drew the largest share (issue 13, invisibility on
+#: of its plane alike, drew the largest share (the invisibility row on
 #: 4 planes). Equal loss on every plane moves nothing. The loss memory
 #: survives a park: a plane unparked by a probe that got through is still
 #: the plane that lost half of what it carried.
@@ -101,7 +101,7 @@ LIVE = 8
 #: max - min > margin, hold while min < 0.5 max) gave 0.93 there, but moved
 #: equal planes' shares on a loaded real host (``braid demo`` in CI: one
 #: healthy plane at 0.146 of the packets) and did not move the real half-rate
-#: row (0.73-0.85 with either rule); not kept.
+#: row (0.73-0.85 with either rule), so the margin stays.
 ROOM = 0.3
 
 
@@ -226,7 +226,7 @@ class PlaneShares:
         # update: ``lt`` lags by about a horizon, and a move per update (one
         # slowest RTT, 4 ms on a software host) stacked a dozen moves on one
         # stale reading: the half-rate plane's share swung 0.06-0.75 in
-        # ~400 ms cycles (issue 13, 0.87 of capacity; ideal fixed shares 1.00).
+        # ~400 ms cycles (0.87 of capacity; ideal fixed shares 1.00).
         a = min(1.0, (now - last) / HORIZON)
         lt, dw = self.lt, self.dw
         for p in live:

@@ -75,8 +75,8 @@ class PathPolicy(EvWatcher):
                 # A run exists to be one GSO send: only packets leaving
                 # together (one ``now``) can share it. Carried over to the
                 # packets an ACK clock releases one or two at a time, it only
-                # pins a small window to one plane for RTTs on end (issue 13:
-                # in the 8-to-1 incast one plane's port sat empty while the
+                # pins a small window to one plane for RTTs on end (the claims'
+                # 8-to-1 incast: one plane's port sat empty while the
                 # other trimmed).
                 self._run_ev = ev
                 self._run_left = self.spray_run - 1
@@ -108,7 +108,7 @@ class PathPolicy(EvWatcher):
         k = 1
         if self.spray_run > 1:
             # A run takes at most its plane's part of what may leave now
-            # (issue 13): a window released at once goes over every plane.
+            # a window released at once goes over every plane.
             # Runs of spray_run regardless pinned a small window to one plane
             # (10-12 packets as a run of 8 and one of 2-4): in the 8-to-1
             # incast at 25 Mbit/s one plane's last hop trimmed while the

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.errors import UserError
+from tools.common.errors import UserError
 from transport.api import BraidError, Client, decode_chunk, encode_chunk, socket_path_of
 
 DEFAULT_SOCKET = os.environ.get("BRAID_SOCKET", "/run/braid/braid.sock")
@@ -341,7 +341,7 @@ def run_stats(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st))
         return 0
-    from tools.bench_common import text_table
+    from tools.bench.common import text_table
 
     io = st["io"]
     print(f"daemon {st['name']}  up {st['uptime']:.0f} s  encrypted={st['encrypted']}  "

@@ -133,12 +133,12 @@ def hosts_needed(rows: list[str], quick: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tools.bench_common import REPO_ROOT, environment, progress
+    from tools.bench.common import REPO_ROOT, environment, progress
     from tools.claims import fabric as claims_fabric
     from tools.claims.fabric import ClaimsFabric
     from tools.claims.report import is_variant, run_name, write_all
     from tools.claims.rows import ROWS, STACKS, Ctx
-    from tools.errors import UserError
+    from tools.common.errors import UserError
 
     if args.render:
         import json

@@ -23,8 +23,8 @@ import threading
 import time
 from typing import Any
 
-from tools.cmd_transfer import parse_size
-from tools.errors import UserError
+from tools.cli.transfer import parse_size
+from tools.common.errors import UserError
 
 
 def register(subparsers: Any) -> None:
@@ -105,7 +105,7 @@ def run(a: argparse.Namespace) -> int:
     from tools.claims.cpu import process_seconds
     from tools.claims.fidelity import Monitor
     from tools.claims.fidelity import line as fidelity_line
-    from tools.perf_run import InprocPerf, Perf, Stream, interval_row, summary
+    from tools.cli.perf_run import InprocPerf, Perf, Stream, interval_row, summary
     from transport.aio import new_event_loop
 
     _validate(a)

@@ -8,7 +8,7 @@ Each stream is one transfer id: chunks carry (offset, BLAKE2b) in the
 offset), so the receiver checks every byte, not just a digest.
 
 ``--inproc`` (``InprocPerf``): no daemons. One worker process per host runs
-inside the host's namespace (``python -m tools.perf_run worker SPEC``), opens
+inside the host's namespace (``python -m tools.cli.perf_run worker SPEC``), opens
 the host's endpoint in its own event loop (``braid.open``) and runs that
 host's side of the same streams with the same code (``Perf._send`` /
 ``Perf._receive``); the coordinator here asks the workers for their counters
@@ -362,9 +362,9 @@ class InprocPerf(Perf):
                 "verify": self.verify, "window": self._window,
                 "streams": [_stream_spec(s) for s in self.streams
                             if host in (s.src, s.dst)]}
-        argv = [*self.launch(host), sys.executable, "-m", "tools.perf_run", "worker",
+        argv = [*self.launch(host), sys.executable, "-m", "tools.cli.perf_run", "worker",
                 json.dumps(spec)]
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=root, PYTHONUNBUFFERED="1")
         with open(self.logs[host], "ab") as log:
             proc = await asyncio.create_subprocess_exec(
@@ -451,7 +451,7 @@ class InprocPerf(Perf):
 
 
 async def worker(spec: dict[str, Any]) -> None:
-    """One host's side of an --inproc run (``python -m tools.perf_run worker SPEC``):
+    """One host's side of an --inproc run (``python -m tools.cli.perf_run worker SPEC``):
     answers ``connect``, ``start``, ``poll``, ``sample``, ``stop`` on stdin, one
     JSON line each on stdout (``start`` has no answer). EOF on stdin stops it."""
     from transport.local import open_local
@@ -603,5 +603,5 @@ def summary(perf: Perf) -> dict[str, Any]:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["worker"] or len(sys.argv) != 3:
-        sys.exit("usage: python -m tools.perf_run worker SPEC_JSON")
+        sys.exit("usage: python -m tools.cli.perf_run worker SPEC_JSON")
     sys.exit(worker_main(sys.argv[2:]))

@@ -42,7 +42,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from tools.bench_common import (
+from tools.bench.common import (
     environment,
     git_commit,
     markdown_table,

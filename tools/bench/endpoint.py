@@ -19,7 +19,7 @@ import statistics
 import time
 from typing import Any
 
-from tools.bench_common import environment, markdown_table, progress, text_table, write_results
+from tools.bench.common import environment, markdown_table, progress, text_table, write_results
 
 HELP = "cost of an endpoint pass with k idle connections beside a busy one"
 NAME = "endpoint"
@@ -101,8 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tools.bench_common import git_commit as _commit
-    from tools.errors import UserError
+    from tools.bench.common import git_commit as _commit
+    from tools.common.errors import UserError
 
     try:
         ks = sorted({int(x) for x in args.idle.split(",") if x.strip()})

@@ -3,7 +3,7 @@
 Benchmarks are registered from a table so other components can add theirs
 (``sim``, ``goodput``, ...) without touching this file's logic: each module
 in ``BENCHES`` exposes ``add_arguments(parser)`` and ``run(args) -> int``.
-A module that does not exist yet is skipped, as ``tools/cli.py`` does for
+A module that does not exist yet is skipped, as ``tools/cli/__init__.py`` does for
 subcommands.
 """
 
@@ -17,14 +17,14 @@ import importlib
 #: docs/benchmarks.md), ``add_arguments`` and ``run``. The module's docstring is
 #: the bench's ``--help`` description.
 BENCHES: dict[str, str] = {
-    "wire": "tools.bench_wire",
-    "sim": "tools.bench_sim",
-    "goodput": "tools.bench_goodput",
-    "trace": "tools.bench_trace",
-    "element": "tools.bench_element",
-    "claims": "tools.bench_claims",
-    "endpoint": "tools.bench_endpoint",
-    "paced": "tools.bench_paced",
+    "wire": "tools.bench.wire",
+    "sim": "tools.bench.sim",
+    "goodput": "tools.bench.goodput",
+    "trace": "tools.bench.trace",
+    "element": "tools.bench.element",
+    "claims": "tools.claims.bench",
+    "endpoint": "tools.bench.endpoint",
+    "paced": "tools.bench.paced",
 }
 
 

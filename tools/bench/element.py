@@ -13,7 +13,7 @@ import argparse
 import os
 from typing import Any
 
-from tools.bench_common import REPO_ROOT
+from tools.bench.common import REPO_ROOT
 
 NAME = "element"
 HELP = "eBPF switch port vs userspace link element: packets/s, CPU/packet, delays, trims"
@@ -30,7 +30,7 @@ def _f(x: Any, fmt: str = "{:,.0f}") -> str:
 
 def run(args: argparse.Namespace) -> int:
     from testbed.bench_element import RATE, TRIM, run_all
-    from tools.bench_common import (
+    from tools.bench.common import (
         environment,
         git_commit,
         markdown_table,
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         text_table,
         write_results,
     )
-    from tools.errors import UserError
+    from tools.common.errors import UserError
 
     if os.geteuid() != 0:
         raise UserError("braid bench element builds testbeds: run it as root")

@@ -2,7 +2,7 @@
 
 Two network namespaces joined by one veth pair (created and removed here;
 root only), or loopback (127.0.0.2 -> 127.0.0.3) when not root. Each side is
-its own process (``python -m tools.bench_goodput worker ...``), so each
+its own process (``python -m tools.bench.goodput worker ...``), so each
 stack gets a core. Measured per stack: goodput (payload bytes / time from the
 sender's start to the receiver's last byte), packets/s on the link (veth
 counters, both directions: TCP's are TSO/GRO super-packets), and CPU seconds
@@ -366,7 +366,7 @@ class Net:
 def _run_pair(net: Net, stack: str, size: int, tmp: Path, profile: str | None,
               spray_run: int | None = None) -> dict[str, Any]:
     secret = os.urandom(32).hex()
-    base = [sys.executable, "-m", "tools.bench_goodput", "worker", stack]
+    base = [sys.executable, "-m", "tools.bench.goodput", "worker", stack]
     common = ["--size", str(size), "--secret", secret, "--tmp", str(tmp)]
     if spray_run and stack.startswith("braid"):
         common += ["--spray-run", str(spray_run)]
@@ -428,10 +428,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tools.bench_common import environment, markdown_table, progress, text_table, write_results
-    from tools.bench_common import git_commit as _commit
-    from tools.cmd_transfer import parse_size
-    from tools.errors import UserError
+    from tools.bench.common import environment, markdown_table, progress, text_table, write_results
+    from tools.bench.common import git_commit as _commit
+    from tools.cli.transfer import parse_size
+    from tools.common.errors import UserError
 
     size = parse_size(args.size) if args.size else (32 << 20 if args.quick else 256 << 20)
     stacks = [s.strip() for s in args.stacks.split(",") if s.strip()]
@@ -492,7 +492,7 @@ def run(args: argparse.Namespace) -> int:
     commit = _commit()
     budget_md = ""
     if budget_rows:
-        from tools.cpu_budget import markdown as budget_markdown
+        from tools.bench.cpu_budget import markdown as budget_markdown
 
         budget_md = budget_markdown(budget_rows)
         print(budget_md)
@@ -513,7 +513,7 @@ def run(args: argparse.Namespace) -> int:
     path = write_results(NAME, data, md, args.out, update_docs=bool(args.update_docs),
                          docs=args.docs)
     if budget_md and args.update_docs:
-        from tools.bench_common import DEFAULT_DOCS, replace_section
+        from tools.bench.common import DEFAULT_DOCS, replace_section
 
         packets = results["braid"]["detail"]["stats"]["packets_sent"]
         replace_section(Path(args.docs) if args.docs else DEFAULT_DOCS, "goodput-budget",
@@ -527,7 +527,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _budget(prof: Path, braid: dict[str, Any]) -> list[dict[str, object]]:
-    from tools.cpu_budget import budget
+    from tools.bench.cpu_budget import budget
 
     packets = int(braid["detail"]["stats"]["packets_sent"])
     real = {"sender": braid["cpu_tx_s"] / packets * 1e6,

@@ -90,7 +90,7 @@ TARGET_VS_TCP = 1.5
 BACKGROUND_S = 1.0
 
 
-# -- workers (``python -P tools/bench_paced.py worker SPEC``; stdlib only at import) ---------
+# -- workers (``python -P tools/bench/paced.py worker SPEC``; stdlib only at import) ---------
 # A worker runs under another tree's PYTHONPATH too (the baseline's clients), so
 # it imports nothing from tools/ and only ``transport.api`` / ``braid`` from the tree.
 
@@ -831,7 +831,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tools.bench_common import (
+    from tools.bench.common import (
         environment,
         git_commit,
         markdown_table,
@@ -839,7 +839,7 @@ def run(args: argparse.Namespace) -> int:
         text_table,
         write_results,
     )
-    from tools.errors import UserError
+    from tools.common.errors import UserError
 
     if os.geteuid() != 0:
         raise UserError("braid bench paced builds a testbed: run it as root")
@@ -857,9 +857,10 @@ def run(args: argparse.Namespace) -> int:
     if not stacks or any(s not in STACKS for s in stacks):
         raise UserError(f"--stacks takes {', '.join(STACKS)}")
     baseline = Path(args.baseline_tree).resolve() if args.baseline_tree else None
-    if baseline is not None and not (baseline / "tools" / "cli.py").exists():
-        raise UserError(f"--baseline-tree {baseline}: not a checkout of Braid (no tools/cli.py)")
-    here = Path(__file__).resolve().parents[1]
+    if baseline is not None and not any(
+            (baseline / "tools" / p).exists() for p in ("cli.py", "cli/__init__.py")):
+        raise UserError(f"--baseline-tree {baseline}: not a checkout of Braid (no tools/cli)")
+    here = Path(__file__).resolve().parents[2]
     t_start = time.monotonic()
 
     def say(msg: str) -> None:
@@ -921,7 +922,7 @@ def run(args: argparse.Namespace) -> int:
     if plot is not None and args.update_docs:  # results/ is not committed: the docs' own copy
         import shutil
 
-        from tools.bench_common import DEFAULT_DOCS
+        from tools.bench.common import DEFAULT_DOCS
 
         docs_plot = (Path(args.docs) if args.docs else DEFAULT_DOCS).parent / "paced.png"
         shutil.copy(plot, docs_plot)
@@ -1053,7 +1054,7 @@ def _markdown(data: dict[str, Any], plot: Path | None, args: argparse.Namespace,
 
 
 def _rel_plot(plot: Path, args: argparse.Namespace) -> str:
-    from tools.bench_common import DEFAULT_DOCS
+    from tools.bench.common import DEFAULT_DOCS
 
     docs = Path(args.docs) if args.docs else DEFAULT_DOCS
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from tools.cmd_transfer import parse_size
+from tools.cli.transfer import parse_size
 from tools.demo import DEFAULT_SIZE, QUICK_SIZE
 
 

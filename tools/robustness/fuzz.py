@@ -1,6 +1,7 @@
 """A long fuzz job against the wire decoders and a live ``Endpoint`` (not in CI).
 
-    python -m tools.fuzz --inputs 1000000 [--seed 1] [--impl c|python] [--out results/fuzz.json]
+    python -m tools.robustness.fuzz --inputs 1000000 [--seed 1] [--impl c|python] \
+        [--out results/fuzz.json]
 
 An off-path attacker's view: a corpus of real datagrams (INIT, ACCEPT, DATA,
 SACK, NACK, PROBE, CLOSE, trimmed DATA) captured from a sans-I/O endpoint
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         # The codec is chosen at import: start again on the reference.
         os.environ["BRAID_PURE"] = "1"
         args = sys.argv[1:] if argv is None else argv
-        os.execv(sys.executable, [sys.executable, "-m", "tools.fuzz", *args])
+        os.execv(sys.executable, [sys.executable, "-m", "tools.robustness.fuzz", *args])
     if a.impl == "c" and codec.IMPLEMENTATION != "c":
         print("the C codec is not in use (not built, or BRAID_PURE is set)", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ Reports the daemon's resident memory (VmRSS) before and after, its peer-table
 size and drop counters, as JSON (``--out``). The namespace and the daemon are
 removed at the end, also on failure.
 
-    python -m tools.bench_spoof --sources 250000 --out results/spoof_memory.json
+    python -m tools.robustness.spoof --sources 250000 --out results/spoof_memory.json
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.errors import UserError
+from tools.common.errors import UserError
 from tools.trace.pcapio import PcapError
 
 

@@ -18,7 +18,7 @@ from testbed.sim import scenarios as S
 from testbed.sim import scenarios_alltoall as T
 from testbed.sim import scenarios_cc as C
 from testbed.sim import worst_case as W
-from tools.bench_common import (
+from tools.bench.common import (
     DEFAULT_DOCS,
     environment,
     git_commit,
@@ -102,7 +102,7 @@ def _invisibility_figures(r: dict[str, Any]) -> dict[str, Any]:
 def _plot(key: str, title: str, r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     """The invisibility row's step plot: into ``--out``, and with
     ``--update-docs`` into docs/claims/ (returned as a markdown image link)."""
-    from tools.sim_plot import plot_invisibility
+    from tools.bench.sim_plot import plot_invisibility
 
     name = f"sim-{key}.png"
     short = f"{key}, {r['faulted']['planes']} planes, virtual time"

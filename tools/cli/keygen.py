@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from tools.errors import UserError
+from tools.common.errors import UserError
 from wire.keys import format_key_file, new_cluster_key, write_key_file
 
 DEFAULT_PATH = "braid.key"

@@ -2,7 +2,7 @@
 
 Each subcommand module exposes ``register(subparsers)`` which adds its parser
 and sets ``func`` (a callable taking the parsed namespace and returning an
-exit code). A user error raises ``tools.errors.UserError`` (the testbed's own
+exit code). A user error raises ``tools.common.errors.UserError`` (the testbed's own
 ``testbed.errors.TestbedError``): one clear line on
 stderr and exit code 2, never a traceback.
 """
@@ -15,20 +15,20 @@ import sys
 from collections.abc import Sequence
 
 from testbed.errors import TestbedError
-from tools.errors import UserError
+from tools.common.errors import UserError
 
 __version__ = "0.1.0"
 
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "tools.cmd_keygen",
-    "tools.cmd_bench",
-    "tools.cmd_demo",
+    "tools.cli.keygen",
+    "tools.cli.bench",
+    "tools.cli.demo",
     "testbed.cli",
-    "tools.cmd_daemon",
-    "tools.cmd_transfer",
-    "tools.cmd_perf",
-    "tools.trace_cli",
+    "tools.cli.daemon",
+    "tools.cli.transfer",
+    "tools.cli.perf",
+    "tools.cli.trace",
 )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tools.plotting import draw_fault_lanes, fault_lanes
+from tools.common.plotting import draw_fault_lanes, fault_lanes
 
 
 def plot_invisibility(r: dict[str, Any], events: list[tuple[float, str]], title: str,

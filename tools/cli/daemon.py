@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from tools.errors import UserError
+from tools.common.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

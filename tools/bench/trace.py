@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools import bench_common
+import tools.bench.common as bench_common
 from tools.trace.synth import write_synthetic
 
 HELP = "trace tools: decode/stats packets/s and peak memory vs tshark on a 1M-packet pcap"
-LUA = Path(__file__).resolve().parent / "wireshark" / "braid.lua"
+LUA = Path(__file__).resolve().parents[1] / "wireshark" / "braid.lua"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.errors import UserError
+from tools.common.errors import UserError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DOCS = REPO_ROOT / "docs" / "benchmarks.md"
 
 

@@ -1,7 +1,7 @@
 """A soak on the testbed (root; not in CI): random faults, client churn, daemon
 restarts, and a ledger proving nothing was lost, duplicated or corrupted.
 
-    python -m tools.soak --minutes 10 [--seed 1] [--out results/soak.json]
+    python -m tools.robustness.soak --minutes 10 [--seed 1] [--out results/soak.json]
 
 Brings up examples/two-hosts-4-planes.toml (2 hosts x 4 planes, trimming
 last hops), one ``braid daemon`` per host, and for ``--minutes``:
@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "examples" / "two-hosts-4-planes.toml"
 SENDER, RECEIVER = "h0", "h1"
 _HDR = struct.Struct("!4sQI16s")  # magic, seq, payload length, BLAKE2b-128 of the payload
