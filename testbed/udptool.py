@@ -31,14 +31,20 @@ SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 CRAFT_HEADER_WORDS = 10
 
 
+_PATTERN = bytes(range(256)) * (65536 // 256 + 2)
+
+
 def braid_like_data(size: int, seq: int) -> bytes:
     """A datagram trim_point() accepts: cut at CRAFT_HEADER_WORDS*4 + HEADER_TAG_LEN."""
     head = bytearray(CRAFT_HEADER_WORDS * 4 + HEADER_TAG_LEN)
     head[0], head[1], head[2], head[3] = VERSION, PacketType.DATA, 0, CRAFT_HEADER_WORDS
     struct.pack_into("!Q", head, 8, seq)
     assert len(head) >= COMMON_HEADER_LEN
-    body = bytes((seq + i) & 0xFF for i in range(max(0, size - len(head))))
-    return bytes(head) + body
+    # Byte i of the body is (seq + i) & 0xFF: a slice of one repeating
+    # pattern, so a sender blasts at the socket's speed, not Python's.
+    n = max(0, size - len(head))
+    off = seq & 0xFF
+    return bytes(head) + _PATTERN[off:off + n]
 
 
 def cmd_send(a: argparse.Namespace) -> int:
