@@ -79,6 +79,27 @@ def stats(tb: Testbed) -> dict[str, dict[str, Any]]:
     return tb.port_stats()
 
 
+def settled_stats(tb: Testbed) -> dict[str, dict[str, Any]]:
+    """Port counters once they have settled: the userspace element writes its stats
+    file every 0.5 s, and on a busy machine it may still be draining a queue, so read
+    until two reads agree (bounded: at most 8 reads)."""
+    time.sleep(0.6)
+    last = tb.port_stats()
+    for _ in range(8):
+        time.sleep(0.6)
+        now = tb.port_stats()
+        if _counters(now) == _counters(last):
+            return now
+        last = now
+    return last
+
+
+def _counters(s: dict[str, dict[str, Any]]) -> dict[str, tuple[int, ...]]:
+    keys = ("rx", "sent", "trimmed", "dropped", "lost", "blackholed", "tx_errors",
+            "rx_overflow")
+    return {k: tuple(int(v.get(c, 0)) for c in keys) for k, v in s.items()}
+
+
 def test_ecmp_spread_over_spines(tb: Testbed) -> None:
     before = [tb.link_counters(f"p1-s{k}", "l1")["tx_packets"] for k in range(2)]
     out = transfer(tb, "h0", "h3", 1, 640, "--sports", "30000-30063", "--size", "400",
@@ -94,9 +115,11 @@ def test_ecmp_spread_over_spines(tb: Testbed) -> None:
 
 
 def _plane_losses(s: dict[str, dict[str, Any]], plane: int) -> int:
-    """Everything any element port of ``plane`` dropped, lost or could not read."""
+    """Everything any element port of ``plane`` dropped, lost, could not read or
+    could not send on."""
     return sum(
-        int(v.get("dropped", 0)) + int(v.get("lost", 0)) + int(v.get("rx_overflow", 0))
+        sum(int(v.get(c, 0)) for c in ("dropped", "lost", "rx_overflow", "blackholed",
+                                       "tx_errors"))
         for k, v in s.items() if k.endswith(f":p{plane}/up") or k.endswith(f":p{plane}/down")
     )
 
@@ -107,7 +130,7 @@ def test_fabric_trim_and_ce_mark(tb: Testbed) -> None:
     # 64 source ports: about half take spine s0, whose port towards l1 runs at 5 Mbit/s
     out = transfer(tb, "h0", "h3", 0, 600, "--braid", "--size", "1200",
                    "--sports", "40000-40063", "--tos", hex(Dscp.DATA << 2 | 2))
-    all_after = stats(tb)
+    all_after = settled_stats(tb)
     after = all_after["l1-s0:p0/down"]
     trimmed = after["trimmed"] - before["trimmed"]
     assert trimmed > 0
