@@ -95,6 +95,17 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 #: cheaper to move than a ``timerfd_settime`` per service pass (that cost 2-5%
 #: CPU per GB on loopback bulk, 2026-12-01).
 TIMERFD_BELOW = 2e-3
+#: Receive moderation (a NIC's ``rx-usecs``, Linux NAPI's poll mode): after a
+#: wakeup that moved datagrams the plane sockets are not watched for this
+#: long; the next service pass is the timer, which reads every plane first.
+#: A pass that moves nothing watches the sockets again (idle: each arrival
+#: wakes at once). At fabric rates a packet arrives every ~0.1 ms per plane,
+#: so without it every wakeup carries one or two datagrams and pays the whole
+#: per-wakeup cost (service pass, timer query, system calls) for them; with it
+#: a wakeup carries what 0.2 ms brings, and paced data leaves in runs that
+#: share one GSO send. Cost: up to this much added to a packet's host delay
+#: (within NSCC's 2 ms host delay target; docs/decisions/0022-rx-moderation.md).
+RX_HOLDOFF = 200e-6
 
 
 class EndpointIO:
@@ -107,7 +118,8 @@ class EndpointIO:
     def __init__(self, endpoint: Endpoint, planes: Sequence[PlaneAddr], peers: PeerTable, *,
                  on_event: EventHandler | None = None, pool: int = 16,
                  rcvbuf: int = 32 << 20, sndbuf: int = 8 << 20, batch: bool = True,
-                 timerfd: bool = True, queue_wait: bool = False) -> None:
+                 timerfd: bool = True, queue_wait: bool = False,
+                 rx_holdoff: float = RX_HOLDOFF) -> None:
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint
@@ -127,6 +139,11 @@ class EndpointIO:
         self._tfd: TimerFd | None = None
         self._use_tfd = timerfd
         self._kick: asyncio.Handle | None = None
+        #: Receive moderation (``RX_HOLDOFF``; 0: off). While ``_poll_at`` is
+        #: set the plane sockets are unwatched and the timer polls them then.
+        self.rx_holdoff = max(0.0, rx_holdoff)
+        self._poll_at: float | None = None
+        self._moved_mark = 0
         self._buf = bytearray(_MAX_DGRAM)
         self._view = memoryview(self._buf)
         self._rx_info: dict[tuple[int, int], RxInfo] = {}
@@ -143,7 +160,7 @@ class EndpointIO:
         #: timer, a kick (the application queued data). At paced rates each
         #: wakeup carries a packet or two, so per-wakeup costs dominate;
         #: ``braid bench paced`` reports datagrams per wakeup from these.
-        self.wakeups = {"readable": 0, "timer": 0, "kick": 0}
+        self.wakeups = {"readable": 0, "timer": 0, "kick": 0, "poll": 0}
         self.closed = False
         self.tap: Tap | None = None
         #: Socket-queue waits of what this host read (``queue_wait=True``: the
@@ -228,7 +245,27 @@ class EndpointIO:
         # Read to the end: a SACK held back by a short ACK delay goes out now,
         # not after a timer wakeup (docs/daemon.md, "ACK at the end of a read").
         self.endpoint.flush_acks(time.monotonic())
+        if self.rx_holdoff and not self.closed:
+            self._moderate()
         self.service()
+
+    def _moderate(self) -> None:
+        """Receive moderation (``RX_HOLDOFF``), decided before the service
+        pass so its ``_arm`` knows: a busy wakeup (datagrams read or sent since
+        the last decision) unwatches the plane sockets until the next poll; an
+        idle one watches them again."""
+        loop = self.loop
+        total = self.rx_datagrams + self.tx_datagrams
+        moved, self._moved_mark = total - self._moved_mark, total
+        if moved:
+            if self._poll_at is None:
+                for ps in self.planes:
+                    loop.remove_reader(ps.listen.fileno())
+            self._poll_at = time.monotonic() + self.rx_holdoff
+        elif self._poll_at is not None:
+            self._poll_at = None
+            for ps in self.planes:
+                loop.add_reader(ps.listen.fileno(), self._on_readable, ps)
 
     def _drain(self, ps: PlaneSockets) -> None:
         sock = ps.listen
@@ -451,6 +488,12 @@ class EndpointIO:
 
     def _arm(self) -> None:
         t = self.endpoint.next_timer()
+        poll = self._poll_at
+        if poll is not None:
+            # Polling: the sockets are unwatched, so the timer must come by
+            # then; an earlier deadline (the pacer's, mostly) waits for it and
+            # goes out with what the poll reads (at most ``rx_holdoff`` late).
+            t = poll
         if t == self._timer_at:
             return
         if self._timer is not None:
@@ -481,12 +524,18 @@ class EndpointIO:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
-        self.wakeups["timer"] += 1
+        polling = self._poll_at is not None
+        self.wakeups["poll" if polling else "timer"] += 1
         # Input first: after a busy stretch the loop runs due timers before it
         # polls sockets, and an RTO must not fire over ACKs already queued.
         for ps in self.planes:
             self._drain(ps)
-        self.endpoint.handle_timer(time.monotonic())
+        now = time.monotonic()
+        if polling:
+            self.endpoint.flush_acks(now)
+        self.endpoint.handle_timer(now)
+        if polling and not self.closed:
+            self._moderate()  # what this poll read and the last pass sent
         self.service()
 
     # -- introspection ---------------------------------------------------------------------

@@ -153,6 +153,7 @@ class ConnLifecycle(ConnHandshake):
                     self._send_handshake(now)
             return
         if self.receiver.timer_due(now):
+            self.receiver.sack_causes["timer"] += 1
             self._send_sack(now, batch=self.receiver.batch_delay is not None)
         s = self.sender
         lt = s.loss_timer()

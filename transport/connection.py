@@ -87,6 +87,7 @@ class Connection(ConnScheduler):
             "bytes_acked": s.bytes_acked,
             "bytes_received": r.bytes_received,
             "duplicates_received": r.duplicates,
+            "sack_causes": dict(r.sack_causes),
             "trimmed_received_fabric": r.trimmed_fabric,
             "trimmed_received_last_hop": r.trimmed_last_hop,
             "srtt": s.rtt.srtt,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from transport.aio import RX_HOLDOFF
 from transport.config import ConnectionConfig, profile_values
 from transport.udp import PlaneAddr, parse_addr, path_mtu, payload_for_mtu
 from wire.constants import UDP_PORT
@@ -68,6 +69,8 @@ class DaemonConfig:
     #: Measure how long datagrams wait in the plane sockets' queues before the
     #: daemon reads them (kernel receive timestamps; transport/queue_wait.py).
     queue_wait: bool = False
+    #: Receive moderation, seconds (``transport.aio.RX_HOLDOFF``; 0: off).
+    rx_holdoff: float = RX_HOLDOFF
 
 
 def _want(src: str, key: str, value: object, kind: type | tuple[type, ...], what: str) -> Any:
@@ -92,7 +95,7 @@ def _addrs(src: str, key: str, value: object, port: int) -> list[PlaneAddr]:
 
 _TOP_KEYS = {"name", "port", "key", "socket", "planes", "peers", "connection", "pool", "rcvbuf",
              "sndbuf", "drain_timeout", "send_window", "recv_buffer", "insecure", "keylog",
-             "queue_wait"}
+             "queue_wait", "rx_holdoff_us"}
 
 
 def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
@@ -154,6 +157,11 @@ def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
             setattr(cfg, k, v)
     cfg.queue_wait = _want(src, "queue_wait", data.get("queue_wait", False), bool,
                            "true or false")
+    if "rx_holdoff_us" in data:
+        us = _want(src, "rx_holdoff_us", data["rx_holdoff_us"], (int, float), "microseconds")
+        if not 0 <= us <= 10_000:
+            raise ConfigError(f"{src}: key 'rx_holdoff_us': takes 0..10000 (0: off)")
+        cfg.rx_holdoff = us * 1e-6
     if "keylog" in data:
         cfg.keylog = base / _want(src, "keylog", data["keylog"], str, "a file name")
     if "drain_timeout" in data:

@@ -36,6 +36,8 @@ from wire.constants import ACK_DELAY_HZ, ACK_DELAY_MAX, INITIAL_CREDIT, NackReas
 from wire.packets import Data, Nack, Sack
 
 _BITMAP_BITS = 64
+SACK_CAUSES = ("ack_req", "ce", "every", "duplicate", "no_buffer", "hole", "last_or_credit",
+               "batch_due", "timer")
 _U32 = 0xFFFFFFFF
 _HALF = 1 << 31
 
@@ -124,6 +126,11 @@ class Receiver:
         self._read_at = 0.0  # the last flush_due call
         self._hole_refresh: float | None = None
         self.duplicates = 0
+        #: Why SACKs went out (``stats()["sack_causes"]``): on arrival for an
+        #: ACK_REQ, a CE mark, every ``ack_every`` packets or a duplicate; at
+        #: the end of a read for a hole, a LAST packet or freed credit, or the
+        #: batch delay; or on the receiver's timer.
+        self.sack_causes = dict.fromkeys(SACK_CAUSES, 0)
         self.trimmed_fabric = 0
         self.trimmed_last_hop = 0
         self.out_of_window = 0
@@ -202,6 +209,7 @@ class Receiver:
             self._last = (psn, ev, ts, plane)
             self._last_at = now
             self.duplicates += 1
+            self.sack_causes["duplicate"] += 1
             return True
         n = len(payload)
         # The common case first: the next slice of a message in progress (its
@@ -214,7 +222,10 @@ class Receiver:
         if self.bytes_received + n > self.freed + self.recv_window:
             # Beyond the credit granted: not ours to keep, and not acknowledged.
             self.no_buffer += 1
-            return self._last is not None
+            if self._last is None:
+                return False
+            self.sack_causes["no_buffer"] += 1
+            return True
         self._last = (psn, ev, ts, plane)
         self._last_at = now
         if ce:
@@ -261,7 +272,10 @@ class Receiver:
         if last:
             self._flush_now = True
         # CE marks go back at once so the sender can tell which EV was marked.
-        return ack_req or ce or self._unacked >= self.ack_every
+        if ack_req or ce or self._unacked >= self.ack_every:
+            self.sack_causes["ack_req" if ack_req else "ce" if ce else "every"] += 1
+            return True
+        return False
 
     def _complete(self, msg_id: int, msg_len: int, data: bytes) -> None:
         if not self.hold_delivered:
@@ -428,7 +442,14 @@ class Receiver:
         if dl is None:
             return False
         half = self._hold / 2
-        return now + (gap if gap < half else half) >= dl or self._flush_now or bool(self._above)
+        if self._flush_now:
+            cause = "last_or_credit"
+        elif now + (gap if gap < half else half) >= dl:
+            cause = "hole" if self._above else "batch_due"
+        else:
+            return False
+        self.sack_causes[cause] += 1
+        return True
 
     def timer(self) -> float | None:
         a, b = self._ack_deadline, self._hole_refresh

@@ -52,17 +52,29 @@ def test_a_timer_sends_it_when_no_read_comes() -> None:
     assert r.timer() == 2.0 + B
 
 
-def test_what_must_not_wait_goes_out_at_the_end_of_the_read() -> None:
+def test_a_hole_waits_for_the_batch_delay_like_any_packet() -> None:
+    """Spraying over planes of unequal delay opens holes all the time (the
+    other plane's packets are still on their way): a hole alone does not send
+    the SACK, or a paced two-plane stream sends one per read; the batch delay
+    bounds how late the sender hears of a real loss. Counted by cause."""
     r = _receiver()
     r.flush_due(0.9999)
     _slice(r, 1, 1.0)  # PSN 0 missing: a hole
-    assert r.flush_due(1.0)
-    (due,) = r.make_sacks(1.0, rtt_hint=1e-3, batch=True)
+    assert not r.flush_due(1.0)
+    assert not r.flush_due(1.0 + 200e-6)
+    assert r.flush_due(1.0 + 400e-6)  # the next read would pass the batch delay
+    assert r.sack_causes["hole"] == 1 and r.sack_causes["batch_due"] == 0
+    (due,) = r.make_sacks(1.0 + 400e-6, rtt_hint=1e-3, batch=True)
     assert due.sack.ack_psn == 1  # with a hole, the last packet is echoed
+    assert due.sack.cum_psn == 0 and due.sack.bitmap == 0b10  # PSN 1 above the hole
+
+
+def test_what_must_not_wait_goes_out_at_the_end_of_the_read() -> None:
     r2 = _receiver()
     r2.flush_due(0.9999)
     _slice(r2, 0, 1.0, last=True)  # a message's last packet
     assert r2.flush_due(1.0)
+    assert r2.sack_causes["last_or_credit"] == 1
 
 
 def test_without_batching_the_ack_delay_timer_is_unchanged() -> None:
