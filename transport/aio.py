@@ -143,6 +143,7 @@ class EndpointIO:
         #: set the plane sockets are unwatched and the timer polls them then.
         self.rx_holdoff = max(0.0, rx_holdoff)
         self._poll_at: float | None = None
+        self._periodic = False  # the timerfd ticks every rx_holdoff (polling)
         self._moved_mark = 0
         self._buf = bytearray(_MAX_DGRAM)
         self._view = memoryview(self._buf)
@@ -487,13 +488,29 @@ class EndpointIO:
                 handler(conn, ep.peer_of(conn), ev)
 
     def _arm(self) -> None:
-        t = self.endpoint.next_timer()
         poll = self._poll_at
+        tfd = self._tfd
+        if poll is not None and tfd is not None:
+            # Polling: the sockets are unwatched, and the timerfd ticks every
+            # ``rx_holdoff`` (no re-arm per pass); every deadline of the
+            # connections (the pacer's, mostly) waits for the next tick and is
+            # met then, at most ``rx_holdoff`` late.
+            if not self._periodic:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                tfd.set(poll, every=self.rx_holdoff)
+                self._periodic = True
+                self._timer_at = None
+            return
+        if self._periodic:  # polling ended: back to one deadline
+            self._periodic = False
+            self._timer_at = None
+            if tfd is not None:
+                tfd.set(None)
+        t = self.endpoint.next_timer()
         if poll is not None:
-            # Polling: the sockets are unwatched, so the timer must come by
-            # then; an earlier deadline (the pacer's, mostly) waits for it and
-            # goes out with what the poll reads (at most ``rx_holdoff`` late).
-            t = poll
+            t = poll  # no timerfd: the loop's timer polls
         if t == self._timer_at:
             return
         if self._timer is not None:
