@@ -104,7 +104,7 @@ TIMERFD_BELOW = 2e-3
 #: per-wakeup cost (service pass, timer query, system calls) for them; with it
 #: a wakeup carries what 0.2 ms brings, and paced data leaves in runs that
 #: share one GSO send. Cost: up to this much added to a packet's host delay
-#: (within NSCC's 2 ms host delay target; docs/decisions/0022-rx-moderation.md).
+#: (within NSCC's 2 ms host delay target; docs/decisions/0022-receive-moderation.md).
 RX_HOLDOFF = 200e-6
 
 

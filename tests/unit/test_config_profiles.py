@@ -58,3 +58,16 @@ def test_nothing_imports_the_daemon_for_a_default() -> None:
              for p in (REPO / d).rglob("*.py")
              if "HOST_CONNECTION_DEFAULTS" in p.read_text() and p.name != Path(__file__).name]
     assert users == []
+
+
+def test_the_daemon_takes_a_receive_moderation_and_checks_it(tmp_path: Path) -> None:
+    from transport.aio import RX_HOLDOFF
+
+    base = {"name": "h", "planes": ["127.0.0.1"], "socket": "s", "insecure": True}
+    assert parse_config(base, "t.toml", tmp_path).rx_holdoff == RX_HOLDOFF
+    assert parse_config({**base, "rx_holdoff_us": 0}, "t.toml", tmp_path).rx_holdoff == 0
+    assert parse_config({**base, "rx_holdoff_us": 500}, "t.toml", tmp_path).rx_holdoff \
+        == pytest.approx(500e-6)
+    for bad in (-1, 20_000, "fast", True):
+        with pytest.raises(ConfigError, match="rx_holdoff_us"):
+            parse_config({**base, "rx_holdoff_us": bad}, "t.toml", tmp_path)
