@@ -95,17 +95,17 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 #: cheaper to move than a ``timerfd_settime`` per service pass (that cost 2-5%
 #: CPU per GB on loopback bulk, 2026-12-01).
 TIMERFD_BELOW = 2e-3
-#: Receive moderation (a NIC's ``rx-usecs``, Linux NAPI's poll mode): after a
-#: wakeup that moved datagrams the plane sockets are not watched for this
-#: long; the next service pass is the timer, which reads every plane first.
-#: A pass that moves nothing watches the sockets again (idle: each arrival
-#: wakes at once). At fabric rates a packet arrives every ~0.1 ms per plane,
-#: so without it every wakeup carries one or two datagrams and pays the whole
-#: per-wakeup cost (service pass, timer query, system calls) for them; with it
-#: a wakeup carries what 0.2 ms brings, and paced data leaves in runs that
-#: share one GSO send. Cost: up to this much added to a packet's host delay
-#: (within NSCC's 2 ms host delay target; docs/decisions/0022-receive-moderation.md).
-RX_HOLDOFF = 200e-6
+#: Receive moderation (a NIC's ``rx-usecs``, Linux NAPI's poll mode), off by
+#: default: with ``rx_holdoff`` > 0, after a wakeup that moved datagrams the
+#: plane sockets are not watched; a timerfd ticking every ``rx_holdoff`` polls
+#: them (reads every plane first), and a poll that moves nothing watches them
+#: again (idle: each arrival wakes at once). It cut a paced two-plane
+#: stream's wakeups by a third but not its CPU per byte beyond this machine's
+#: noise, and adds up to ``rx_holdoff`` to every packet's host delay
+#: (docs/decisions/0022-sack-holes-wait-and-receive-moderation.md).
+RX_HOLDOFF = 0.0
+#: What ``rx_holdoff_us`` is usually set to: a packet time or two at 100 Mbit/s.
+RX_HOLDOFF_TYPICAL = 200e-6
 
 
 class EndpointIO:

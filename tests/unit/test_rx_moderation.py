@@ -10,7 +10,7 @@ import os
 
 from test_aio import make_pair
 
-from transport.aio import new_event_loop
+from transport.aio import RX_HOLDOFF_TYPICAL, new_event_loop
 from transport.connection import Connection
 from transport.endpoint import PeerKey
 from transport.events import Event, MessageDelivered
@@ -27,7 +27,8 @@ def test_a_busy_endpoint_polls_and_an_idle_one_watches_its_sockets_again() -> No
 
     async def main() -> None:
         ia, ib = make_pair("127.0.0.2", "127.0.0.3", on_b=on_b)
-        assert ia.rx_holdoff > 0 and ib.rx_holdoff > 0  # on by default
+        assert ia.rx_holdoff == 0 and ib.rx_holdoff == 0  # off by default
+        ia.rx_holdoff = ib.rx_holdoff = RX_HOLDOFF_TYPICAL
         ia.open()
         ib.open()
         try:
@@ -78,8 +79,7 @@ def test_moderation_off_never_polls() -> None:
             arrived.set()
 
     async def main() -> None:
-        ia, ib = make_pair("127.0.0.2", "127.0.0.3", on_b=on_b)
-        ia.rx_holdoff = ib.rx_holdoff = 0.0
+        ia, ib = make_pair("127.0.0.2", "127.0.0.3", on_b=on_b)  # off by default
         ia.open()
         ib.open()
         try:
