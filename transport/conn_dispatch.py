@@ -181,10 +181,10 @@ class ConnDispatch(ConnLifecycle):
     def flush_ack(self, now: float) -> None:
         """The I/O layer has read its sockets to the end: send the SACK the
         ACK delay holds back if it is due (``Receiver.flush_due``: its first
-        packet held ``ACK_BATCH_DELAY``, a hole open, a LAST packet, freed
-        credit), else let it wait for the packets of later reads, up to that
-        bound (docs/decisions/0021-ack-per-batch-and-paced-runs.md). Only for
-        an ACK delay shorter than a wakeup (``FLUSH_ACK_DELAY``); a longer one
+        packet held ``ACK_BATCH_DELAY``, a LAST packet, freed credit), else
+        let it wait for the packets of later reads, up to that bound
+        (docs/decisions/0021-ack-per-batch-and-paced-runs.md). Only for an
+        ACK delay shorter than a wakeup (``FLUSH_ACK_DELAY``); a longer one
         is a coalescing window the SACK waits out on its timer. A driver that
         never calls this (the simulator, packet by packet) keeps the ACK
         delay's timer."""

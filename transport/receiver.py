@@ -433,9 +433,11 @@ class Receiver:
         """Must the held SACK go out at the end of this read (call once per
         read)? Yes if its first packet would pass the batch delay before the
         next read (reads taken to come as far apart as the last two, at most
-        half the delay: later, the timer sends it), while a hole is open (the
-        sender needs the news for loss recovery), and for a LAST packet or
-        freed credit; otherwise it waits for the packets of later reads."""
+        half the delay: later, the timer sends it), and for a LAST packet or
+        freed credit; otherwise it waits for the packets of later reads. A
+        hole waits too: spraying over planes of unequal delay opens one at
+        nearly every read (docs/decisions/0022-sack-holes-wait-and-receive-
+        moderation.md); the batch delay bounds how late a loss is heard of."""
         gap = now - self._read_at
         self._read_at = now
         dl = self._ack_deadline
