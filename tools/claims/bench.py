@@ -43,11 +43,12 @@ NAME = "claims"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tools.claims.rows import DEFAULT_ROWS, STACKS
+    from tools.claims.rows import DEFAULT_ROWS, NOT_QUICK, STACKS
 
-    parser.add_argument("--rows", default=",".join(DEFAULT_ROWS),
+    parser.add_argument("--rows", default=None,
                         help=f"comma-separated rows to run, in this order (default: "
-                        f"{','.join(DEFAULT_ROWS)}; also: gaps, a diagnosis of Braid's "
+                        f"{','.join(DEFAULT_ROWS)}; with --quick without "
+                        f"{','.join(NOT_QUICK)}; also: gaps, a diagnosis of Braid's "
                         "fault-free empty 10 ms bins, with --daemon-qlog)")
     parser.add_argument("--stacks", default=",".join(STACKS),
                         help="comma-separated subset of braid,tcp,mptcp")
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from tools.claims import fabric as claims_fabric
     from tools.claims.fabric import ClaimsFabric
     from tools.claims.report import is_variant, run_name, write_all
-    from tools.claims.rows import ROWS, STACKS, Ctx
+    from tools.claims.rows import OWN_FABRIC, ROWS, STACKS, Ctx, default_rows
     from tools.common.errors import UserError
 
     if args.render:
@@ -155,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if os.geteuid() != 0:
         raise UserError("braid bench claims needs root (it builds network namespaces)")
-    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    rows = ([r.strip() for r in args.rows.split(",") if r.strip()] if args.rows is not None
+            else default_rows(bool(args.quick)))
     bad = [r for r in rows if r not in ROWS]
     if bad or not rows:
         raise UserError(f"unknown row {bad[0] if bad else '(none)'!r} (rows: {', '.join(ROWS)})")
@@ -179,7 +181,10 @@ def run(args: argparse.Namespace) -> int:
                  f"only, {args.docs or DOCS} is not updated")
     plots = Path(args.plots) if args.plots else (
         REPO_ROOT / "docs" / "claims" if args.update_docs and not variant else out)
-    n_hosts = hosts_needed(rows, args.quick)
+    # Rows on a testbed of their own need no claims fabric (unless --rate
+    # auto probes on it).
+    own_only = all(r in OWN_FABRIC for r in rows) and not auto
+    n_hosts = 2 if own_only else hosts_needed(rows, args.quick)
     t_start = time.monotonic()
     me = os.getpid()
 
@@ -211,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
         if auto:
             rate_auto = _search_rate(ctx, make_fab, args, say)
             fab = ctx.fab
+        elif own_only:
+            say(f"rows {', '.join(rows)} bring up their own testbed: no claims fabric")
         else:
             say(f"bringing up the claims fabric: {n_hosts} hosts x {args.planes} planes at "
                 f"{args.rate} Mbit/s, MTU {args.mtu}, leaf-spine, "

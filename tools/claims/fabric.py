@@ -161,8 +161,10 @@ def connection_toml(settings: dict[str, Any]) -> str:
 class ClaimsFabric:
     def __init__(self, hosts: int, name: str, work: Path, daemon_args: list[str] | None = None,
                  element: str = "ebpf", connection: dict[str, Any] | None = None,
-                 queue_wait: bool = False) -> None:
+                 queue_wait: bool = False, topo: dict[str, Any] | None = None) -> None:
         self.daemon_args = daemon_args or []
+        #: A topology of its own (a row's two-host tail-drop testbed), else ``topology``.
+        self.topo = topo
         #: Daemons measure their socket-queue waits (``queue_wait = true``);
         #: each Braid run's share is ``last_queue_wait``.
         self.queue_wait = queue_wait
@@ -192,7 +194,7 @@ class ClaimsFabric:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.work)  # our own run directory from an earlier run
         self.work.mkdir(parents=True, exist_ok=True)
-        self.tb = Testbed.up(topology(self.n_hosts, self.element), name=self.name)
+        self.tb = Testbed.up(self.topo or topology(self.n_hosts, self.element), name=self.name)
         write_key_file(self.work / "cluster.key", new_cluster_key())
         for h in range(self.n_hosts):
             cfg = self._daemon_config(h)
@@ -293,6 +295,8 @@ class ClaimsFabric:
 
         heal(self.tb, list(self.tb.topo.links))
         for lk in self.tb.topo.links:
+            if not lk.element:  # a plain (tail-drop) link has no port to set
+                continue
             for d, cfg in (("up", lk.up), ("down", lk.down)):
                 set_ports(self.tb, [lk], d, {"trim": cfg.trim, "ecn": cfg.ecn})
 

@@ -9,6 +9,7 @@ from typing import Any
 from tools.bench.common import markdown_table, replace_section, text_table
 from tools.claims import fidelity_report as fr
 from tools.claims import metrics as m
+from tools.claims import taildrop
 from tools.claims.rows import CE_MARK
 
 DOCS_NAME = "claims"
@@ -305,6 +306,7 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
                     f"interval {_f(pl.get('probe_interval_ms'), 1)} ms)",
                     f"tcp {ref('tcp')} ms, mptcp {ref('mptcp')} ms",
                     _met(None if judged is None or not limit else judged <= limit)])
+    out += taildrop.targets(R)
     # A miss on a machine with no CPU left says little about the transport:
     # name how busy the machine was beside it.
     cpu = cpu_by_row(data)
@@ -430,6 +432,9 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
                     ["stack", "flows", "Jain min", "Jain median", "newcomer ms (arrivals)",
                      "in srtts", "newcomer ms (100 ms windows)", "in srtts", "byte-exact"],
                     rows))
+    td = taildrop.table(R)
+    if td:
+        out.append(td)
     if "gaps" in R and "per_stack" in R["gaps"]:
         rows = []
         for k, v in R["gaps"]["per_stack"]["braid"].items():

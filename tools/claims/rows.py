@@ -907,6 +907,14 @@ def gaps(ctx: Ctx) -> dict[str, Any]:
     return {"duration": dur, "per_stack": {"braid": out}, "series": series}
 
 
+def taildrop(ctx: Ctx) -> dict[str, Any]:
+    """Plain tail-drop links, on a two-host testbed of the row's own
+    (tools/claims/taildrop.py)."""
+    from tools.claims.taildrop import taildrop as row
+
+    return row(ctx)
+
+
 #: Rows of the matrix, in the default order. ``gaps`` is a diagnosis, not a
 #: claim: run it on its own with ``--rows gaps --daemon-qlog``.
 ROWS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
@@ -917,9 +925,20 @@ ROWS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "compound": compound,
     "incast": incast,
     "fairness": fairness,
+    "taildrop": taildrop,
     "gaps": gaps,
 }
 DEFAULT_ROWS = [r for r in ROWS if r != "gaps"]
+#: Rows that bring up a testbed of their own and never use the claims fabric.
+OWN_FABRIC = ("taildrop",)
+#: Rows left out of ``--quick`` unless named with --rows: the taildrop row's
+#: six runs and its own testbed add ~40 s to a 2-4 minute CI run.
+NOT_QUICK = ("taildrop",)
+
+
+def default_rows(quick: bool) -> list[str]:
+    """The rows a run without --rows measures."""
+    return [r for r in DEFAULT_ROWS if not (quick and r in NOT_QUICK)]
 
 
 def _fmt(x: float | None) -> str:
