@@ -932,7 +932,7 @@ DEFAULT_ROWS = [r for r in ROWS if r != "gaps"]
 #: Rows that bring up a testbed of their own and never use the claims fabric.
 OWN_FABRIC = ("taildrop",)
 #: Rows left out of ``--quick`` unless named with --rows: the taildrop row's
-#: six runs and its own testbed add ~40 s to a 2-4 minute CI run.
+#: six runs and its own testbed add ~20 s to a 2-4 minute CI run.
 NOT_QUICK = ("taildrop",)
 
 

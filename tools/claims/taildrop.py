@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import select
@@ -160,6 +161,20 @@ def hold_ms(survivor: list[int], t_fault: float, end: int, target: float) -> flo
     return ((bad[-1] + 1) * m.BIN_S - t_fault) * 1000
 
 
+def delivery_stall(arrivals: list[float], t_fault: float, dur: float) -> dict[str, Any]:
+    """What the application saw: the longest pause between message arrivals
+    from the fault on, less the usual spacing after it (as the compound
+    row). Bytes on the surviving link are not all progress: a stack can keep
+    it busy while the data lost on the dead link holds up delivery."""
+    arr = sorted(arrivals)
+    lp = m.longest_pause(arr, t_fault, dur)
+    later = [b - a for a, b in itertools.pairwise(x for x in arr if t_fault <= x <= dur)]
+    spacing = statistics.median(later) if later else None
+    return {"longest_pause_ms": None if lp is None else round(lp[0] * 1000, 2),
+            "stall_ms": None if lp is None or spacing is None
+            else round(max(0.0, lp[0] - spacing) * 1000, 2)}
+
+
 def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
          faults: list[tuple[float, str]] | None) -> tuple[dict[str, Any], list[list[int]]]:
     fab = ctx.fab
@@ -192,7 +207,9 @@ def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
         moved = first_after(samples, 1, go + tf, frame) if samples and go else None
         out.update({"fault_at_s": round(tf, 4),
                     "moved_ms": None if moved is None else round((moved - go - tf) * 1000, 1),
-                    "hold_ms": hold_ms(per_link[1], tf, end, RATE_SHARE * link_bin)})
+                    "hold_ms": hold_ms(per_link[1], tf, end, RATE_SHARE * link_bin),
+                    **delivery_stall(res.get(1, {}).get("arrivals", {}).get("0", []), tf,
+                                     dur)})
         if stack.startswith("braid"):
             pe = plane_events(res, fault)
             out["parked_after_ms"] = pe["parked_after_ms"]
@@ -236,7 +253,8 @@ def taildrop(ctx: Ctx) -> dict[str, Any]:
                     f"{_pct(ff['bins_at_rate_share'])} of bins at >= 90%, worst / median bin "
                     f"{_num(ff['worst_bin_mbps'])} / {_num(ff['median_bin_mbps'])} Mbit/s; "
                     f"one link silent: moved {_num(fl.get('moved_ms'))} ms, held "
-                    f"{_num(fl.get('hold_ms'))} ms")
+                    f"{_num(fl.get('hold_ms'))} ms, delivery stall "
+                    f"{_num(fl.get('stall_ms'))} ms")
     finally:
         fab.down()
     return {"duration": dur, "fault_at": t_fault, "fault": FAULT, "rate_mbit": cf.RATE_MBIT,
@@ -308,12 +326,15 @@ def table(rows: dict[str, Any]) -> tuple[str, list[str], list[list[str]]] | None
                           str(v.get("tail_drops")), _num(v.get("at_speed_ms"), 0),
                           _pct(v.get("bins_at_rate_share")), _num(v.get("worst_bin_mbps")),
                           _num(v.get("median_bin_mbps")), _num(v.get("longest_gap_ms"), 0),
-                          _num(v.get("moved_ms")), _num(v.get("hold_ms")), str(v.get("rtos")),
+                          _num(v.get("moved_ms")), _num(v.get("hold_ms")),
+                          _num(v.get("stall_ms")), str(v.get("rtos")),
                           "yes" if v.get("complete") else "NO"])
     return (f"taildrop: 2 hosts, 2 plain tail-drop links (tbf, no trim, no ECN) at "
             f"{r.get('rate_mbit')} Mbit/s, a stream h0 -> h1; faulted: {r.get('fault')} at "
-            f"{r.get('fault_at')} s (bins: frames received per link, 10 ms; moved and hold "
-            "from the fault)",
+            f"{r.get('fault_at')} s (bins: frames received per link, 10 ms; moved, hold and the "
+            "longest pause between message arrivals less their usual spacing, from the "
+            "fault)",
             ["stack", "case", "resends / packets sent", "tail drops", "at speed after ms",
              "bins >= 90% of rate", "worst bin Mbit/s", "median bin Mbit/s",
-             "longest gap ms", "moved ms", "hold ms", "RTOs", "byte-exact"], lines)
+             "longest gap ms", "moved ms", "hold ms", "delivery stall ms", "RTOs",
+             "byte-exact"], lines)
