@@ -13,8 +13,8 @@ The bins here are the bytes each of h1's links received (``linkbins``: the
 kernel's counters every 2 ms, frames with headers and resends), judged
 against the links' frame rate; resends per packet sent come from Braid's
 daemon stats, and from the kernel's counters in h0's namespace for TCP and
-MPTCP (``RetransSegs`` + ``MPTCPRetrans`` over ``OutSegs``, deltas over the
-run).
+MPTCP (``RetransSegs`` + ``MPTCPRetrans`` over ``OutSegs`` + ``RetransSegs``,
+deltas over the run).
 """
 
 from __future__ import annotations
@@ -124,8 +124,11 @@ def resends(stack: str, res: dict[int, dict[str, Any]], sender: int = 0) -> dict
         sent = int(_braid_stat(res, "packets_sent", [sender]))
         again = int(_braid_stat(res, "retransmissions", [sender]))
     else:
+        # OutSegs leaves out segments that carry only retransmitted bytes
+        # (RFC 1213's tcpOutSegs); MPTCP's reinjections on another subflow
+        # are new segments there, in OutSegs, and resends all the same.
         k = res.get(sender, {}).get("kernel") or {}
-        sent = int(k.get("OutSegs", 0))
+        sent = int(k.get("OutSegs", 0)) + int(k.get("RetransSegs", 0))
         again = int(k.get("RetransSegs", 0)) + int(k.get("MPTCPRetrans", 0))
     return {"packets_sent": sent, "resends": again,
             "resend_share": again / sent if sent else None}
