@@ -257,7 +257,8 @@ def run(args: argparse.Namespace) -> int:
             "mtu": args.mtu, "connection": connection, "queue_wait": bool(args.queue_wait),
             "daemon_qlog": bool(args.daemon_qlog),
             "inproc": bool(args.inproc),
-            "element": ("eBPF switch port" if args.element == "ebpf"
+            "element": ("none, plain tbf tail-drop links (the row's own testbed)" if own_only
+                        else "eBPF switch port" if args.element == "ebpf"
                         else "userspace (AF_PACKET) link element"),
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,
             "seconds": round(time.monotonic() - t_start, 1),

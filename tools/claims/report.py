@@ -62,7 +62,9 @@ def run_name(data: dict[str, Any]) -> str:
                         data.get("mtu", 1500), data.get("connection"),
                         bool(data.get("queue_wait")), quick=bool(data.get("quick")),
                         stacks=data.get("stacks"),
-                        element="ebpf" if element.lower().startswith("ebpf") else "userspace",
+                        # "none, ...": rows on plain links of their own, no element
+                        element="ebpf" if element.lower().startswith(("ebpf", "none"))
+                        else "userspace",
                         daemon_qlog=bool(data.get("daemon_qlog")))
 
 
