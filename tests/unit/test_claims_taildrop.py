@@ -154,3 +154,11 @@ def test_the_table_has_a_line_per_stack_and_case() -> None:
     assert "tail-drop" in title and len(rows) == 6
     assert all(len(r) == len(header) for r in rows)
     assert td.table({}) is None
+
+
+def test_a_run_of_the_row_alone_is_a_variant_named_after_it() -> None:
+    from tools.claims.report import run_name
+
+    data = {"rows": {"taildrop": {}}, "stacks": ["braid", "tcp", "mptcp"],
+            "element": "none, plain tbf tail-drop links (the row's own testbed)"}
+    assert run_name(data) == "claims-taildrop"
