@@ -35,7 +35,7 @@ from tools.claims import fabric as cf
 from tools.claims import metrics as m
 from tools.claims.fabric import REPO, ClaimsFabric
 from tools.claims.linkbins import first_after, link_bins
-from tools.claims.rows import Ctx, _braid_stat, _fault_time, _record, _rtos, plane_events, stream
+from tools.claims.runs import Ctx, _braid_stat, _fault_time, _record, _rtos, plane_events, stream
 
 ROW = "taildrop"
 #: The silent fault: the switch's end of h0's plane-0 link goes down.
