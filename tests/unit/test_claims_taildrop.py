@@ -162,3 +162,12 @@ def test_a_run_of_the_row_alone_is_a_variant_named_after_it() -> None:
     data = {"rows": {"taildrop": {}}, "stacks": ["braid", "tcp", "mptcp"],
             "element": "none, plain tbf tail-drop links (the row's own testbed)"}
     assert run_name(data) == "claims-taildrop"
+
+
+def test_the_plot_draws_each_stacks_links_through_the_fault(tmp_path: Any) -> None:
+    rows = {"taildrop": {"fault_at": 0.5, "rate_mbit": 100, "series": {
+        f"{s}/{c}": [[1000] * 100, [2000] * 100] for s in ("braid", "tcp") for c in
+        ("fault_free", "faulted")}}}
+    p = td.plot(rows, tmp_path, "claims-taildrop", lambda key: key)
+    assert p is not None and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert td.plot({}, tmp_path, "x", lambda key: key) is None

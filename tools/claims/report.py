@@ -640,6 +640,9 @@ def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
         fig.savefig(p, dpi=110)
         plt.close(fig)
         out.append(p)
+    td = taildrop.plot(R, plots_dir, stem, lambda key: fr.mark(bad, taildrop.ROW, key))
+    if td:
+        out.append(td)
     return out
 
 

@@ -29,6 +29,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tools.claims import fabric as cf
@@ -341,3 +343,39 @@ def table(rows: dict[str, Any]) -> tuple[str, list[str], list[list[str]]] | None
              "bins >= 90% of rate", "worst bin Mbit/s", "median bin Mbit/s",
              "longest gap ms", "moved ms", "hold ms", "delivery stall ms", "RTOs",
              "byte-exact"], lines)
+
+
+def plot(rows: dict[str, Any], plots_dir: Path, stem: str, label: Callable[[str], str]
+         ) -> Path | None:
+    """One PNG, a panel per stack: the frames each of h1's links received per
+    10 ms through the faulted run, the fault and 90% of a link's rate marked.
+    ``label`` names a series ('stack/faulted'), marking a run not faithful."""
+    r = rows.get(ROW) or {}
+    series = r.get("series") or {}
+    stacks = [k.split("/")[0] for k in series if k.endswith("/faulted")]
+    if not stacks:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(stacks), figsize=(4.2 * len(stacks), 3.2), squeeze=False,
+                             sharey=True)
+    for ax, st in zip(axes[0], stacks, strict=True):
+        for name, bins in zip(LINKS, series[f"{st}/faulted"], strict=False):
+            ax.plot([i * m.BIN_S for i in range(len(bins))],
+                    [b * 8 / m.BIN_S / 1e6 for b in bins], lw=0.7, label=f"h1:{name}")
+        if r.get("fault_at") is not None:
+            ax.axvline(float(r["fault_at"]), color="k", ls="--", lw=0.8)
+        if r.get("rate_mbit"):
+            ax.axhline(RATE_SHARE * float(r["rate_mbit"]), color="grey", ls=":", lw=0.8)
+        ax.set_title(label(f"{st}/faulted"), fontsize=9)
+        ax.set_xlabel("seconds")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("received per link (Mbit/s, 10 ms)")
+    fig.suptitle(f"taildrop: {FAULT} (dashed); dotted: {RATE_SHARE * 100:g}% of a link",
+                 fontsize=9)
+    fig.tight_layout()
+    p = plots_dir / f"{stem}-taildrop.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p
