@@ -33,7 +33,7 @@ def test_claims_taildrop_row(tmp_path: Path, unique_name: str) -> None:
             assert 0 <= v["worst_bin_mbps"] <= v["median_bin_mbps"], v
             assert v["longest_gap_ms"] >= 0 and v["tail_drops"] >= 0, v
         fl = cases["faulted"]
-        assert {"moved_ms", "hold_ms", "stall_ms", "fault_at_s"} <= set(fl), fl
+        assert {"moved_ms", "hold_ms", "stall_ms", "fault_at_s", "short_bins_after"} <= set(fl), fl
         assert fl["moved_ms"] is None or fl["moved_ms"] >= 0, fl
         assert fl["hold_ms"] is None or fl["hold_ms"] >= 0, fl
     # the silent link carried nothing after the fault (a few ms of the

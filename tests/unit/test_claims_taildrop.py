@@ -68,6 +68,9 @@ def test_hold_is_time_from_the_fault_until_every_later_bin_holds() -> None:
     never = list(good)
     never[99] = 0  # still short in the last bin: it never held
     assert td.hold_ms(never, 0.505, 100, target) is None
+    assert td.short_bins(good, 0.505, 100, target) == 0
+    assert td.short_bins(dip, 0.505, 100, target) == 9
+    assert td.short_bins(never, 0.505, 100, target) == 1
 
 
 def test_bin_figures_count_from_the_first_bin_at_speed() -> None:

@@ -180,6 +180,12 @@ def delivery_stall(arrivals: list[float], t_fault: float, dur: float) -> dict[st
             else round(max(0.0, lp[0] - spacing) * 1000, 2)}
 
 
+def short_bins(survivor: list[int], t_fault: float, end: int, target: float) -> int:
+    """10 ms bins wholly after the fault (to ``end``) below ``target``: beside
+    the hold, whether one late dip or the whole way set it."""
+    return sum(1 for b in survivor[int(t_fault / m.BIN_S) + 1:end] if b < target)
+
+
 def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
          faults: list[tuple[float, str]] | None) -> tuple[dict[str, Any], list[list[int]]]:
     fab = ctx.fab
@@ -213,6 +219,7 @@ def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
         out.update({"fault_at_s": round(tf, 4),
                     "moved_ms": None if moved is None else round((moved - go - tf) * 1000, 1),
                     "hold_ms": hold_ms(per_link[1], tf, end, RATE_SHARE * link_bin),
+                    "short_bins_after": short_bins(per_link[1], tf, end, RATE_SHARE * link_bin),
                     **delivery_stall(res.get(1, {}).get("arrivals", {}).get("0", []), tf,
                                      dur)})
         if stack.startswith("braid"):
@@ -332,6 +339,7 @@ def table(rows: dict[str, Any]) -> tuple[str, list[str], list[list[str]]] | None
                           _pct(v.get("bins_at_rate_share")), _num(v.get("worst_bin_mbps")),
                           _num(v.get("median_bin_mbps")), _num(v.get("longest_gap_ms"), 0),
                           _num(v.get("moved_ms")), _num(v.get("hold_ms")),
+                          str(v.get("short_bins_after", "-")),
                           _num(v.get("stall_ms")), str(v.get("rtos")),
                           "yes" if v.get("complete") else "NO"])
     return (f"taildrop: 2 hosts, 2 plain tail-drop links (tbf, no trim, no ECN) at "
@@ -341,7 +349,8 @@ def table(rows: dict[str, Any]) -> tuple[str, list[str], list[list[str]]] | None
             "fault)",
             ["stack", "case", "resends / packets sent", "tail drops", "at speed after ms",
              "bins >= 90% of rate", "worst bin Mbit/s", "median bin Mbit/s",
-             "longest gap ms", "moved ms", "hold ms", "delivery stall ms", "RTOs",
+             "longest gap ms", "moved ms", "hold ms", "survivor bins < 90% after",
+             "delivery stall ms", "RTOs",
              "byte-exact"], lines)
 
 
