@@ -7,12 +7,13 @@ one row after another, every stack in one run. The rows (docs/claims.md
 gives each one's method and target): invisibility (a synchronous
 all-to-all's p50/p99/p100 step time, fault-free and under a fault timeline),
 failover (a plane blackholed, a link down), loss (0.1-5% on every path),
-asymmetric planes, compound faults, incast 8->1 with a victim flow, and
-fairness (flows started one after another). Every figure is reported with
-its worst case, every run with how busy the machine was and whether the
-emulation was faithful (tools/claims/fidelity.py: no verdict is taken from a
-run that was not); ``--rate auto`` picks the highest per-plane rate at which
-Braid's runs are faithful on this machine.
+asymmetric planes, compound faults, incast 8->1 with a victim flow,
+fairness (flows started one after another), and plain tail-drop links (two
+hosts on a testbed of the row's own; not in --quick unless named). Every
+figure is reported with its worst case, every run with how busy the machine
+was and whether the emulation was faithful (tools/claims/fidelity.py: no
+verdict is taken from a run that was not); ``--rate auto`` picks the highest
+per-plane rate at which Braid's runs are faithful on this machine.
 
 Writes ``<out>/claims.json``, ``<out>/claims.md`` and PNGs (``--plots``);
 with ``--update-docs`` the current results in docs/claims.md and their PNGs in
