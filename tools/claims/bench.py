@@ -7,12 +7,13 @@ one row after another, every stack in one run. The rows (docs/claims.md
 gives each one's method and target): invisibility (a synchronous
 all-to-all's p50/p99/p100 step time, fault-free and under a fault timeline),
 failover (a plane blackholed, a link down), loss (0.1-5% on every path),
-asymmetric planes, compound faults, incast 8->1 with a victim flow, and
-fairness (flows started one after another). Every figure is reported with
-its worst case, every run with how busy the machine was and whether the
-emulation was faithful (tools/claims/fidelity.py: no verdict is taken from a
-run that was not); ``--rate auto`` picks the highest per-plane rate at which
-Braid's runs are faithful on this machine.
+asymmetric planes, compound faults, incast 8->1 with a victim flow,
+fairness (flows started one after another), and plain tail-drop links (two
+hosts on a testbed of the row's own; not in --quick unless named). Every
+figure is reported with its worst case, every run with how busy the machine
+was and whether the emulation was faithful (tools/claims/fidelity.py: no
+verdict is taken from a run that was not); ``--rate auto`` picks the highest
+per-plane rate at which Braid's runs are faithful on this machine.
 
 Writes ``<out>/claims.json``, ``<out>/claims.md`` and PNGs (``--plots``);
 with ``--update-docs`` the current results in docs/claims.md and their PNGs in
@@ -43,11 +44,12 @@ NAME = "claims"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tools.claims.rows import DEFAULT_ROWS, STACKS
+    from tools.claims.rows import DEFAULT_ROWS, NOT_QUICK, STACKS
 
-    parser.add_argument("--rows", default=",".join(DEFAULT_ROWS),
+    parser.add_argument("--rows", default=None,
                         help=f"comma-separated rows to run, in this order (default: "
-                        f"{','.join(DEFAULT_ROWS)}; also: gaps, a diagnosis of Braid's "
+                        f"{','.join(DEFAULT_ROWS)}; with --quick without "
+                        f"{','.join(NOT_QUICK)}; also: gaps, a diagnosis of Braid's "
                         "fault-free empty 10 ms bins, with --daemon-qlog)")
     parser.add_argument("--stacks", default=",".join(STACKS),
                         help="comma-separated subset of braid,tcp,mptcp")
@@ -137,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     from tools.claims import fabric as claims_fabric
     from tools.claims.fabric import ClaimsFabric
     from tools.claims.report import is_variant, run_name, write_all
-    from tools.claims.rows import ROWS, STACKS, Ctx
+    from tools.claims.rows import OWN_FABRIC, ROWS, STACKS, Ctx, default_rows
     from tools.common.errors import UserError
 
     if args.render:
@@ -155,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if os.geteuid() != 0:
         raise UserError("braid bench claims needs root (it builds network namespaces)")
-    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    rows = ([r.strip() for r in args.rows.split(",") if r.strip()] if args.rows is not None
+            else default_rows(bool(args.quick)))
     bad = [r for r in rows if r not in ROWS]
     if bad or not rows:
         raise UserError(f"unknown row {bad[0] if bad else '(none)'!r} (rows: {', '.join(ROWS)})")
@@ -179,7 +182,10 @@ def run(args: argparse.Namespace) -> int:
                  f"only, {args.docs or DOCS} is not updated")
     plots = Path(args.plots) if args.plots else (
         REPO_ROOT / "docs" / "claims" if args.update_docs and not variant else out)
-    n_hosts = hosts_needed(rows, args.quick)
+    # Rows on a testbed of their own need no claims fabric (unless --rate
+    # auto probes on it).
+    own_only = all(r in OWN_FABRIC for r in rows) and not auto
+    n_hosts = 2 if own_only else hosts_needed(rows, args.quick)
     t_start = time.monotonic()
     me = os.getpid()
 
@@ -211,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
         if auto:
             rate_auto = _search_rate(ctx, make_fab, args, say)
             fab = ctx.fab
+        elif own_only:
+            say(f"rows {', '.join(rows)} bring up their own testbed: no claims fabric")
         else:
             say(f"bringing up the claims fabric: {n_hosts} hosts x {args.planes} planes at "
                 f"{args.rate} Mbit/s, MTU {args.mtu}, leaf-spine, "
@@ -250,7 +258,8 @@ def run(args: argparse.Namespace) -> int:
             "mtu": args.mtu, "connection": connection, "queue_wait": bool(args.queue_wait),
             "daemon_qlog": bool(args.daemon_qlog),
             "inproc": bool(args.inproc),
-            "element": ("eBPF switch port" if args.element == "ebpf"
+            "element": ("none, plain tbf tail-drop links (the row's own testbed)" if own_only
+                        else "eBPF switch port" if args.element == "ebpf"
                         else "userspace (AF_PACKET) link element"),
             "transfers": ctx.transfers, "environment": environment(), "commit": commit,
             "seconds": round(time.monotonic() - t_start, 1),

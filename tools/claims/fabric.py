@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from typing import Any
 
 from tools.claims import cpu as claims_cpu
 from tools.claims.fidelity import gap_window
+from tools.claims.run_io import _fire, _Lines, _parse_result, _RunFailed
 from tools.common.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,34 +78,6 @@ def topology(hosts: int, element: str = "ebpf") -> dict[str, Any]:
                  "fabric": {"down": {"trim": "32KB", "ecn": "16KB"}, "up": {"ecn": "16KB"}},
                  "host": {"down": {"trim": "32KB"}}},
     }
-
-
-class _Lines:
-    """Line reader over a pipe with a deadline (no thread, no unbounded wait)."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None
-        self.fd = proc.stdout.fileno()
-        self.buf = b""
-        self.eof = False
-        self.unparsed: list[str] = []  # lines that were neither ready nor a result
-
-    def readline(self, deadline: float) -> str | None:
-        while b"\n" not in self.buf and not self.eof:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            r, _, _ = select.select([self.fd], [], [], min(left, 0.5))
-            if r:
-                chunk = os.read(self.fd, 65536)
-                if not chunk:
-                    self.eof = True
-                self.buf += chunk
-        if b"\n" not in self.buf:
-            line, self.buf = self.buf, b""
-            return line.decode(errors="replace") if line else None
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line.decode(errors="replace")
 
 
 def parse_connection(items: list[str], planes: int = 2) -> dict[str, Any]:
@@ -161,8 +133,10 @@ def connection_toml(settings: dict[str, Any]) -> str:
 class ClaimsFabric:
     def __init__(self, hosts: int, name: str, work: Path, daemon_args: list[str] | None = None,
                  element: str = "ebpf", connection: dict[str, Any] | None = None,
-                 queue_wait: bool = False) -> None:
+                 queue_wait: bool = False, topo: dict[str, Any] | None = None) -> None:
         self.daemon_args = daemon_args or []
+        #: A topology of its own (a row's two-host tail-drop testbed), else ``topology``.
+        self.topo = topo
         #: Daemons measure their socket-queue waits (``queue_wait = true``);
         #: each Braid run's share is ``last_queue_wait``.
         self.queue_wait = queue_wait
@@ -192,7 +166,7 @@ class ClaimsFabric:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.work)  # our own run directory from an earlier run
         self.work.mkdir(parents=True, exist_ok=True)
-        self.tb = Testbed.up(topology(self.n_hosts, self.element), name=self.name)
+        self.tb = Testbed.up(self.topo or topology(self.n_hosts, self.element), name=self.name)
         write_key_file(self.work / "cluster.key", new_cluster_key())
         for h in range(self.n_hosts):
             cfg = self._daemon_config(h)
@@ -293,6 +267,8 @@ class ClaimsFabric:
 
         heal(self.tb, list(self.tb.topo.links))
         for lk in self.tb.topo.links:
+            if not lk.element:  # a plain (tail-drop) link has no port to set
+                continue
             for d, cfg in (("up", lk.up), ("down", lk.down)):
                 set_ports(self.tb, [lk], d, {"trim": cfg.trim, "ecn": cfg.ecn})
 
@@ -587,41 +563,3 @@ class ClaimsFabric:
                 res["stdout_lost"] = why + "; result read from its result file"
                 return res
         return {"errors": [why + "; no result file"]}
-
-
-class _RunFailed(Exception):
-    def __init__(self, host: int, result: dict[str, Any]) -> None:
-        self.host, self.result = host, result
-
-
-def _parse_result(line: str | None) -> dict[str, Any] | None:
-    if not line or not line.startswith("{"):
-        return None
-    with contextlib.suppress(ValueError):
-        obj = json.loads(line)
-        if "result_file" in obj:  # the worker's usual answer (tools.claims.worker.main)
-            try:
-                obj = json.loads(Path(obj["result_file"]).read_text())
-            except OSError as exc:
-                return {"errors": [f"worker result file unreadable: {exc}"]}
-        if "result" in obj:
-            return dict(obj["result"])
-    return None
-
-
-def _fire(steps: list[tuple[float, str, Any]], go: float, fired: list[dict[str, Any]]) -> None:
-    for at, label, fn in sorted(steps, key=lambda s: s[0]):
-        for _ in range(100_000):  # bounded sleep until the step is due
-            left = go + at - time.monotonic()
-            if left <= 0:
-                break
-            time.sleep(min(left, 0.02))
-        # t0: when the step started (a carrier fault takes effect inside it),
-        # t: when it returned.
-        t0 = round(time.monotonic() - go, 4)
-        try:
-            fn()
-            fired.append({"t": round(time.monotonic() - go, 4), "t0": t0, "fault": label})
-        except Exception as exc:  # reported with the run, never fatal
-            fired.append({"t": round(time.monotonic() - go, 4), "t0": t0, "fault": label,
-                          "error": str(exc)})

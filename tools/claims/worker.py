@@ -59,10 +59,13 @@ def emit(obj: dict[str, Any]) -> None:
 
 
 def _kernel_counters() -> dict[str, int]:
-    """TCP retransmitted segments and RTOs of this namespace (/proc is per netns)."""
+    """TCP segments sent and retransmitted, RTOs, and MPTCP-level
+    retransmissions (data resent on another subflow) of this namespace
+    (/proc is per netns)."""
     out: dict[str, int] = {}
-    for path, want in (("/proc/net/snmp", {"Tcp:": ("RetransSegs",)}),
-                       ("/proc/net/netstat", {"TcpExt:": ("TCPTimeouts",)})):
+    for path, want in (("/proc/net/snmp", {"Tcp:": ("RetransSegs", "OutSegs")}),
+                       ("/proc/net/netstat", {"TcpExt:": ("TCPTimeouts",),
+                                              "MPTcpExt:": ("MPTCPRetrans",)})):
         try:
             with open(path) as f:
                 lines = f.read().splitlines()
