@@ -143,7 +143,7 @@ def test_claims_quick(tmp_path: Path, unique_name: str) -> None:
             assert not target[3].startswith("no verdict"), target
     # the step-time CDF and a goodput-through-the-fault plot were drawn, in
     # the --out directory and named after the variant (a quick run is one)
-    from tools.claims.report import run_name
+    from tools.claims.naming import run_name
 
     stem = run_name(data)
     assert stem.endswith("-quick"), stem

@@ -36,12 +36,15 @@ def test_claims_taildrop_row(tmp_path: Path, unique_name: str) -> None:
         assert {"moved_ms", "hold_ms", "stall_ms", "fault_at_s", "short_bins_after"} <= set(fl), fl
         assert fl["moved_ms"] is None or fl["moved_ms"] >= 0, fl
         assert fl["hold_ms"] is None or fl["hold_ms"] >= 0, fl
-    # the silent link carried nothing after the fault (a few ms of the
-    # step), the survivor carried the sprayers' traffic; TCP rode the dead link
+    # the silent link carried no data after the fault (a few ms of the
+    # step; a stray control frame of the link's own, ARP or neighbour
+    # discovery, is shorter than one data frame), the survivor carried the
+    # sprayers' traffic; TCP rode the dead link
+    frame = 1500 + 14
     for stack in ("braid", "mptcp", "tcp"):
         fb = int((row["per_stack"][stack]["faulted"]["fault_at_s"] + 0.02) / 0.01)
         p0, p1 = row["series"][f"{stack}/faulted"]
-        assert sum(p0[fb:]) == 0, (stack, p0[fb:])
+        assert sum(p0[fb:]) < frame, (stack, p0[fb:])
         assert (sum(p1[fb:]) > 0) == (stack != "tcp"), (stack, p1)
     assert row["per_stack"]["tcp"]["faulted"]["moved_ms"] is None
     assert row["per_stack"]["braid"]["faulted"]["parked_after_ms"] is not None

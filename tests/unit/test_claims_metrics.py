@@ -106,7 +106,7 @@ def test_worker_messages_are_checked_byte_for_byte() -> None:
 
 
 def test_only_the_plain_full_matrix_is_named_claims() -> None:
-    from tools.claims.report import section_name
+    from tools.claims.naming import section_name
     from tools.claims.rows import DEFAULT_ROWS, STACKS
 
     assert section_name(list(DEFAULT_ROWS)) == "claims"

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tools.claims.report import DOCS_NAME, is_variant, run_name, write_all
+from tools.claims.naming import DOCS_NAME, is_variant, run_name
+from tools.claims.report import write_all
 from tools.claims.rows import DEFAULT_ROWS, STACKS
 
 DOC = """# The claims

@@ -160,7 +160,7 @@ def test_the_table_has_a_line_per_stack_and_case() -> None:
 
 
 def test_a_run_of_the_row_alone_is_a_variant_named_after_it() -> None:
-    from tools.claims.report import run_name
+    from tools.claims.naming import run_name
 
     data = {"rows": {"taildrop": {}}, "stacks": ["braid", "tcp", "mptcp"],
             "element": "none, plain tbf tail-drop links (the row's own testbed)"}

@@ -138,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     from tools.bench.common import REPO_ROOT, environment, progress
     from tools.claims import fabric as claims_fabric
     from tools.claims.fabric import ClaimsFabric
-    from tools.claims.report import is_variant, run_name, write_all
+    from tools.claims.naming import is_variant, run_name
+    from tools.claims.report import write_all
     from tools.claims.rows import OWN_FABRIC, ROWS, STACKS, Ctx, default_rows
     from tools.common.errors import UserError
 

@@ -10,7 +10,7 @@ from typing import Any
 from tools.claims import fidelity_report as fr
 from tools.claims import metrics as m
 from tools.claims import taildrop
-from tools.claims.report import run_name
+from tools.claims.naming import run_name
 
 
 def plot(data: dict[str, Any], plots_dir: Path) -> list[Path]:
