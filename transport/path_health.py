@@ -9,6 +9,7 @@ Kept apart from the connection so the connection only wires halves together.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 from transport.datagram import TxPath
@@ -22,6 +23,9 @@ from wire.constants import Dscp
 from wire.packets import Probe, ProbeAck
 
 _MAX_OUTSTANDING_PROBES = 4096
+#: A plane's newest answer is timely if it came within this many of the
+#: connection's smoothed RTTs of the packet it answered.
+TIMELY_RTTS = 8
 
 
 class PathHealth:
@@ -152,9 +156,24 @@ class PathHealth:
     def on_trim(self, ev: Ev, now: float, *, last_hop: bool, sent: float | None = None) -> None:
         self.paths.ev_set.on_trim(ev, now, last_hop, sent)
 
-    def _fresh(self, plane: int, now: float, srtt: float) -> bool:
-        """Did ``plane`` answer something within the last two smoothed RTTs?"""
-        return self.model.heard[plane] >= now - 2 * srtt
+    def _life(self, plane: int, now: float, srtt: float) -> int:
+        """How much evidence of life ``plane`` shows: 2 if it answered within
+        the last two smoothed RTTs and that answer was timely, 1 if its newest
+        answer was timely however long ago (an idle plane), 0 if that answer
+        came more than ``TIMELY_RTTS`` smoothed RTTs after the packet it
+        answered (what it answered is unknown, no packet timed yet: judged by
+        recency alone).
+
+        Timely matters as much as recent: a plane behind seconds of queue (a
+        rate cut's) answers all the time, but each answer is for a packet sent
+        seconds ago. Counted as alive, it drew every resend of a window
+        shrunk to one packet by the RTO, held each beyond the next RTO, and
+        the retry budget was spent while the healthy planes idled
+        (testbed/sim/scenarios_peer_gone.py, a plane cut to 1/100)."""
+        heard, answered = self.model.heard[plane], self.plane_answered_sent(plane)
+        if answered > -math.inf and heard - answered > TIMELY_RTTS * srtt:
+            return 0
+        return 2 if heard >= now - 2 * srtt else 1
 
     def control_path(self, plane: int) -> TxPath:
         """Control packets go back on the plane they answer (a dead plane then
@@ -198,22 +217,25 @@ class PathHealth:
 
     def pick(self, now: float, avoid: Ev | None, srtt: float) -> Ev | None:
         """The EV for the next packet. A retransmission (``avoid`` is the EV
-        it last took) goes to a plane with recent evidence of life when one
-        exists: moved off a suspect plane at random, it would often land on
-        another dead one (three of four, after a compound fault)."""
+        it last took) goes to a plane with the best evidence of life there is
+        (``_life``: recent and timely answers, else timely ones): moved off a
+        suspect plane at random, it would often land on another dead one
+        (three of four, after a compound fault)."""
         ev = self.paths.next_ev(now, avoid)
         if ev is None:
             return self._last_resort(now)
-        if avoid is None or self._fresh(ev.plane, now, srtt):
+        if avoid is None:
             return ev
-        if not any(self._fresh(p, now, srtt) for p in range(self.planes)
-                   if self.paths.ev_set.plane_state(p).value == "up"):
+        life = self._life(ev.plane, now, srtt)
+        best = max((self._life(p, now, srtt) for p in range(self.planes)
+                    if self.paths.ev_set.plane_state(p).value == "up"), default=0)
+        if life >= best:
             return ev
         for _ in range(4 * self.planes):
             alt = self.paths.next_ev(now, avoid)
             if alt is None:
                 break
-            if self._fresh(alt.plane, now, srtt):
+            if self._life(alt.plane, now, srtt) >= best:
                 return alt
         return ev
 

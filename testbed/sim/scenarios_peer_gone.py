@@ -20,13 +20,16 @@ progress for 4.1 s (... parked planes: [0, 1, 2])". Either way the cause is
 the peer's silence; with the peer alive a plane cut to 1/20 (seconds of
 queue) and a dead one cost no failure.
 
-Left open: with the peer alive, a plane cut to 1/100 behind a 4 MiB buffer
-(``cut=100, peer_alive=True``: 1.8 MB queued at 12.5 kB/s, over two minutes;
-the testbed's shaper holds at most 2 x 256 KB, 0.4 s at 10 Mbit/s, less than
-one capped RTO) spends the retry budget too (seed 2, parked planes [2]): the
-RTO at the plane-down leaves a window of one packet, and each of the 11
-resends of it went to the slow plane, which holds it far beyond the RTO;
-planes 0 and 1, healthy, carried nothing for 4 s.
+With the peer alive, a plane cut to 1/100 behind a 4 MiB buffer
+(``cut=100, peer_alive=True``: 1.8 MB queued at 12.5 kB/s, over two minutes)
+once spent the retry budget (seeds 2 and 4, parked planes [2]): the RTO at
+the plane-down left a window of one packet, and each of the 11 resends went
+to the slow plane, which answered all the time (so it looked alive) but
+each answer for a packet sent seconds before; planes 0 and 1, healthy,
+carried nothing for 4 s. A resend now ranks planes by *timely* answers
+(``PathHealth._life``): the slow plane's rank is the lowest, the resends go
+to the healthy planes, no RTO fires and ~220 messages are acknowledged in
+the 7 s after the plane-down (seeds 2-4).
 """
 
 from __future__ import annotations

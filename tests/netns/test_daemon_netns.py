@@ -111,11 +111,12 @@ def test_send_1gib_over_two_planes_between_namespaces(two_hosts: dict[str, objec
     assert recv.returncode == 0, err
     got = json.loads(out.strip().splitlines()[-1])
     assert got["verified"] and got["bytes"] == sent["bytes"], got
-    # Both planes carried data. Not "half each": these veths are unshaped, so
-    # the sender is CPU-bound and host jitter (not the planes) sets each
-    # plane's delay and silence readings; one run in several on a busy
-    # machine split 0.88 / 0.12 (2026-12-03), the others 0.45-0.55.
-    if not all(v > 0.05 for v in sent["plane_share"].values()):
+    # Equal planes carry equal shares, also on a loaded host (issue 33): the
+    # veths are unshaped, so the sender is CPU-bound and host jitter, not the
+    # planes, sets each plane's delay and silence readings; the plane-share
+    # and parking rules must not read that as a plane's fault (a park
+    # restarts every plane's delay baseline: transport/paths/plane_share.py).
+    if not all(v >= 0.35 for v in sent["plane_share"].values()):
         st = subprocess.run([PY, "-m", "tools.cli", "stats", "--config", str(cfg["a"]), "--json"],
                             capture_output=True, text=True, timeout=30, cwd=REPO)
         conns = json.loads(st.stdout)["connections"] if st.returncode == 0 else st.stderr

@@ -46,6 +46,30 @@ def test_shares_follow_queueing_delay_and_reset() -> None:
     assert s.even and s.weight == [1.0, 1.0]
 
 
+def test_a_park_restarts_every_planes_baseline() -> None:
+    # Two equal planes on a host that turns busy: every round trip gains
+    # 3-4 ms of host delay, alike on both planes. Plane 0 learned its minimum
+    # while the host was idle (0.1 ms, a veth); plane 1 was parked by a host stall and
+    # came back learning its minimum under load. Were only plane 1's minimum
+    # restarted, plane 0 would read the host's delay as its own queue and
+    # lose its share to an equal plane.
+    s = PlaneShares(2)
+    t = 0.0
+    for _ in range(200):  # idle host: 0.1 ms on both planes
+        t += 1e-4
+        s.on_rtt(0, 1e-4, t)
+        s.on_rtt(1, 1e-4, t)
+    s.reset(1)  # parked (a stall), then back
+    s.reset(1)
+    for k in range(3000):  # 300 ms of a busy host: 3.1-4.1 ms, alike on both
+        t += 1e-4
+        s.on_rtt(0, 3.1e-3 + (k * 7919 % 100) * 1e-5, t)
+        s.on_rtt(1, 3.1e-3 + (k * 104729 % 100) * 1e-5, t)
+    assert min(s.weight) >= 0.8, s.snapshot()
+    picks = [s.choose([True, True]) for _ in range(1000)]
+    assert min(picks.count(0), picks.count(1)) >= 400
+
+
 def test_equal_queues_stay_even() -> None:
     s = PlaneShares(2)
     t = 0.0

@@ -33,3 +33,13 @@ def test_peer_alive_a_slow_plane_and_a_dead_one_cost_no_failure() -> None:
     r = scenario_peer_gone(seed=2, cut=20.0, peer_alive=True)
     assert r["failed"] is None, r
     assert r["acked_after_gone"] >= 100, r
+
+
+def test_peer_alive_a_plane_cut_to_a_hundredth_costs_no_failure() -> None:
+    # The slow plane answers all the time, each answer for a packet sent
+    # seconds before: resends rank it below the healthy idle planes (a
+    # timely newest answer), so they do not spend the retry budget on it.
+    for seed in (2, 4):
+        r = scenario_peer_gone(seed=seed, cut=100.0, peer_alive=True)
+        assert r["failed"] is None, r
+        assert r["rto_events"] <= 2 and r["acked_after_gone"] >= 100, r

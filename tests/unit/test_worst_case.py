@@ -380,6 +380,23 @@ def test_a_retransmission_goes_to_a_plane_that_answered_recently() -> None:
     assert {ev.plane for ev in (h.pick(now, None, RTT) for _ in range(16)) if ev} == {0, 1, 2, 3}
 
 
+def test_a_retransmission_avoids_a_plane_whose_answers_come_late() -> None:
+    # Plane 3 answers all the time, but each answer for a packet sent a
+    # second ago (a rate cut's queue); planes 0-2 were idle, their newest
+    # answers timely. The resend goes to a timely plane, not to the one
+    # heard most recently (testbed/sim/scenarios_peer_gone.py).
+    h = _health()
+    now = 5.0
+    es = h.paths.ev_set
+    h.plane_heard = [now - 0.5, now - 0.5, now - 0.5, now - 1e-4]
+    for p in range(4):
+        es._planes[p].answered_sent = h.plane_heard[p] - RTT
+    es._planes[3].answered_sent = now - 1.0
+    for _ in range(50):
+        ev = h.pick(now, es.plane_evs(3)[0], RTT)
+        assert ev is not None and ev.plane != 3
+
+
 def test_the_last_live_plane_keeps_carrying_data_when_each_ev_went_bad() -> None:
     h = _health(planes=2)
     es = h.paths.ev_set

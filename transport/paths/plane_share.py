@@ -25,14 +25,16 @@ healed plane gets its share back as soon as its loss average drops.
 
 Policy-free: it only says which plane the next packet should take
 (``choose``); the path policy then sprays over that plane's EVs as usual.
-A plane that is parked or has no usable EV is never chosen; a plane that
-comes back starts from an even share (``reset``).
+A plane that is parked or has no usable EV is never chosen; when a plane is
+parked or comes back, every plane's delay figures start again and the
+returning plane has an even share (``reset``).
 
 The samples are the sender's per-plane SACK echoes, the same ones the path
 model (``model.py``) smooths into each plane's RTT; what is kept here is a
 different fact, each plane's *queueing delay*: RTT less the plane's
-minimum since it last came up (``base``, forgotten when it is parked: a
-plane back from a fault may come back on another route).
+minimum since any plane last went down or came up (``base``, forgotten
+then: a plane back from a fault may come back on another route, and the
+other planes' minimums must be learned over the same span to compare).
 """
 
 from __future__ import annotations
@@ -202,18 +204,34 @@ class PlaneShares:
                                                                 strict=True) if b < math.inf)
 
     def reset(self, plane: int) -> None:
-        """The plane was parked (or came back): forget what it showed."""
-        self.base[plane] = math.inf
-        self.qdelay[plane] = 0.0
-        self.samples[plane] = 0
-        self.lt[plane] = 0.0
+        """The plane was parked (or came back): every plane's delay figures
+        start again, and ``plane`` comes back with an even share (its cap if
+        it was losing).
+
+        Every plane's, not only this one's: a queueing delay is an RTT less
+        the plane's minimum, and minimums learned over different spans do not
+        compare. On a loaded host a park is most often the host's own stall,
+        not the plane's; the returning plane then learned its minimum under
+        that load while the others kept one from an idle moment, read the
+        same host delay as queue and lost their share to it (3-4 ms of host
+        delay on both planes after an idle 0.1 ms: the kept plane fell to the
+        floor share, tests/unit/test_scenarios_asym.py). The loss averages are
+        kept: they are the plane's record, not a reading against a baseline."""
+        for p in range(len(self.base)):
+            self.base[p] = math.inf
+            self.qdelay[p] = 0.0
+            self.samples[p] = 0
+            self.lt[p] = 0.0
+            self.dw[p] = 1.0
+            self.credit[p] = 0.0
+        self.last_update = None
+        self.next_update = -math.inf
         # Back with an even share, unless it was losing: then with its cap.
         others = [x for q, x in enumerate(self.lf) if q != plane]
         excess = self.lf[plane] - (sum(others) / len(others) if others else 0.0)
         self.cap[plane] = _loss_cap(excess)
-        self.weight[plane] = self.cap[plane]
-        self.dw[plane] = 1.0
-        self.credit[plane] = 0.0
+        for p in range(len(self.weight)):
+            self.weight[p] = self.cap[p]
         self.even = all(w == 1.0 for w in self.weight)
 
     def _update(self, now: float) -> None:
