@@ -79,6 +79,29 @@ def _want(src: str, key: str, value: object, kind: type | tuple[type, ...], what
     return value
 
 
+def _congestion_params(src: str, conn_user: dict[str, Any]) -> dict[str, Any]:
+    """``[connection.congestion_params]``: single keys over the profile's
+    (a table that named one switch, say ``host_floor = true``, must not drop
+    the profile's pacing burst and target delay), checked by building the
+    controller, so a misspelt key fails here, with its name, and not at the
+    first connection."""
+    from congestion.registry import for_connection
+
+    table = _want(src, "connection.congestion_params", conn_user["congestion_params"], dict,
+                  "a table of the congestion controller's parameters")
+    base = profile_values("host")
+    default = ConnectionConfig().congestion
+    name = conn_user.get("congestion", base.get("congestion", default))
+    merged = {**base.get("congestion_params", {}), **table} if name == default else dict(table)
+    try:
+        for_connection(str(name), mtu=1500, base_rtt=1e-4, line_rate=1.25e9, params=merged)
+    except KeyError as exc:
+        raise ConfigError(f"{src}: key 'connection.congestion': {exc.args[0]}") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{src}: table 'connection.congestion_params': {exc}") from None
+    return merged
+
+
 def _addrs(src: str, key: str, value: object, port: int) -> list[PlaneAddr]:
     items = _want(src, key, value, list, "a list of addresses, one per plane")
     if not items:
@@ -134,7 +157,10 @@ def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
                           f"or insecure = true for plaintext)")
     sock = base / _want(src, "socket", data["socket"], str, "a path")
     conn_raw = profile_values("host")
-    conn_raw.update(_want(src, "connection", data.get("connection", {}), dict, "a table"))
+    conn_user = _want(src, "connection", data.get("connection", {}), dict, "a table")
+    conn_raw.update(conn_user)
+    if "congestion_params" in conn_user:
+        conn_raw["congestion_params"] = _congestion_params(src, conn_user)
     names = {f.name for f in fields(ConnectionConfig)}
     bad = sorted(set(conn_raw) - names)
     if bad:

@@ -92,7 +92,11 @@ def test_connection_settings_are_checked_as_the_daemon_would() -> None:
     # what the daemon's config file gets reads back the same
     assert tomllib.loads(connection_toml({**got, "plane_rate": 12.5e6})) == {
         **got, "plane_rate": 12.5e6}
+    # one parameter of the controller, a TOML dotted key in [connection]
+    got = parse_connection(["congestion_params.host_floor=true"])
+    assert tomllib.loads(connection_toml(got)) == {"congestion_params": {"host_floor": True}}
     for bad, why in (("ack_delay", "KEY=VALUE"), ("=3", "KEY=VALUE"),
+                     ("congestion_params.host_flor=true", "host_flor"),
                      ("no_such_key=1", "unknown key"), ("planes=4", "unknown key"),
                      ("ack_delay=[1, 2]", "number, true/false or a string"),
                      ("ack_delay=1e", "not a TOML scalar"),

@@ -71,3 +71,22 @@ def test_the_daemon_takes_a_receive_moderation_and_checks_it(tmp_path: Path) -> 
     for bad in (-1, 20_000, "fast", True):
         with pytest.raises(ConfigError, match="rx_holdoff_us"):
             parse_config({**base, "rx_holdoff_us": bad}, "t.toml", tmp_path)
+
+
+def test_congestion_params_go_over_the_profiles_and_are_checked(tmp_path: Path) -> None:
+    # One switch named in [connection.congestion_params] keeps the profile's
+    # pacing burst and target delay; a misspelt key fails at load, named.
+    base = {"name": "h", "planes": ["127.0.0.1"], "socket": "s", "insecure": True}
+    cfg = parse_config({**base, "connection": {"congestion_params": {"host_floor": True}}},
+                       "t.toml", tmp_path)
+    assert cfg.connection.congestion_params == {"burst_packets": 64, "target_delay": 2e-3,
+                                                "host_floor": True}
+    cfg = parse_config({**base, "connection": {"congestion_params": {"target_delay": 1e-3}}},
+                       "t.toml", tmp_path)
+    assert cfg.connection.congestion_params["target_delay"] == 1e-3
+    for bad, why in (({"host_flor": True}, "host_flor"), ("x", "a table")):
+        with pytest.raises(ConfigError, match=why):
+            parse_config({**base, "connection": {"congestion_params": bad}}, "t.toml", tmp_path)
+    with pytest.raises(ConfigError, match="unknown congestion controller"):
+        parse_config({**base, "connection": {"congestion": "cubic",
+                                             "congestion_params": {}}}, "t.toml", tmp_path)

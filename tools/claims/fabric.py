@@ -84,7 +84,9 @@ def parse_connection(items: list[str], planes: int = 2) -> dict[str, Any]:
     """``--connection KEY=VALUE`` options: daemon ``[connection]`` settings
     for every host of the claims run (an A/B of a transport setting on the
     testbed). VALUE is a TOML scalar (``3e-4``, ``16``, ``true``,
-    ``"name"``); the key and the value are checked as the daemon would."""
+    ``"name"``); ``congestion_params.NAME`` sets one parameter of the
+    congestion controller (a TOML dotted key, over the profile's); the key
+    and the value are checked as the daemon would."""
     import dataclasses
     import tomllib
 
@@ -97,7 +99,10 @@ def parse_connection(items: list[str], planes: int = 2) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key:
             raise UserError(f"--connection {item!r}: expected KEY=VALUE, e.g. ack_delay=3e-4")
-        if key not in names or key == "planes":
+        head, dot, sub = key.partition(".")
+        if dot and head == "congestion_params" and sub:
+            pass  # one parameter of the controller, over the profile's (docs/daemon.md)
+        elif key not in names or key == "planes":
             raise UserError(f"--connection {item!r}: unknown key {key!r} (a [connection] "
                             f"setting of the daemon, docs/daemon.md)")
         try:
@@ -109,8 +114,20 @@ def parse_connection(items: list[str], planes: int = 2) -> dict[str, Any]:
             raise UserError(f"--connection {item!r}: the value must be a number, true/false "
                             f"or a string")
         out[key] = value
+    base = profile_values("host")
+    flat = {k: v for k, v in out.items() if "." not in k}
+    cc = {k.partition(".")[2]: v for k, v in out.items() if "." in k}
+    if cc:
+        from congestion.registry import for_connection
+
+        flat["congestion_params"] = {**base["congestion_params"], **cc}
+        try:
+            for_connection(str(flat.get("congestion", ConnectionConfig().congestion)), mtu=1500,
+                           base_rtt=1e-4, line_rate=1.25e9, params=flat["congestion_params"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"--connection congestion_params.*: {exc}") from None
     try:
-        ConnectionConfig(**{**profile_values("host"), "planes": planes, **out})
+        ConnectionConfig(**{**base, "planes": planes, **flat})
     except (TypeError, ValueError) as exc:
         raise UserError(f"--connection: {exc}") from None
     return out
