@@ -369,10 +369,15 @@ class HostCore:
     # -- leaving ---------------------------------------------------------------------------
 
     async def finish(self, drain_timeout: float, linger: float) -> int:
-        """Refuse new work, let queued messages be acknowledged for at most
+        """Refuse new work and new connections, let queued messages be acknowledged for at most
         ``drain_timeout`` s, then close the connections with the peers (waiting
         at most ``linger`` s for them to end). The bytes left unacknowledged."""
         self.stopping = True
+        # No new connection from a peer either: one accepted now (a peer
+        # reconnecting to send what the close below discards) would have its
+        # messages acknowledged into an inbox no receiver reads any more; the
+        # peer's handshake fails instead and its clients send again.
+        self.endpoint.accepting = False
         for p in self.peers.values():
             p.window.set()  # senders waiting for room see ``stopping``
         loop = asyncio.get_running_loop()

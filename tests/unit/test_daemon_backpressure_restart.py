@@ -5,6 +5,7 @@ noticed and every unacknowledged message re-sent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -133,3 +134,59 @@ def test_one_plane_daemon_sends_close_on_sigterm(tmp_path: Path) -> None:
         b.stop()
     assert a.log is not None and "Traceback" not in a.log.read_text()
     assert "closed by peer" in b.log.read_text(), b.log.read_text()
+
+
+def test_a_stopping_receiver_accepts_no_new_connection_and_loses_nothing(tmp_path: Path) -> None:
+    # The receiving daemon is stopped (SIGTERM) while the sender still has
+    # queued messages: its close discards them and the sending daemon
+    # reconnects at once to send them again. A stopping daemon must not
+    # accept that connection: messages acknowledged into its inbox after its
+    # receivers were told it is going would be lost (the soak's one "acked,
+    # never received" message).
+    from transport.api import BraidError
+
+    a, b = write_configs(tmp_path)
+    msgs = [i.to_bytes(4, "big") + os.urandom(60_000) for i in range(150)]
+    try:
+        a.start()
+        b.start()
+
+        async def main() -> tuple[list[bytes], list[object]]:
+            got: list[bytes] = []
+            async with braid.connect(a.socket) as tx, braid.connect(b.socket) as rx:
+                async def read() -> None:
+                    try:
+                        while True:
+                            got.append((await asyncio.wait_for(rx.recv(), 30))[1])
+                    except (BraidError, TimeoutError):
+                        pass
+
+                reader = asyncio.ensure_future(read())
+                await tx.send("b", msgs[0])
+                futs: list[tuple[bytes, asyncio.Future[dict[str, object]]]] = []
+                assert b.proc is not None
+                for k, m in enumerate(msgs[1:]):
+                    if k == 20:
+                        b.proc.send_signal(signal.SIGTERM)
+                    # the sender's clients go on submitting through the stop
+                    with contextlib.suppress(BraidError):
+                        futs.append((m, await tx.submit("b", m)))
+                    await asyncio.sleep(0.01)
+                # (what is still pending once b is gone is not acknowledged)
+                await asyncio.wait([f for _, f in futs], timeout=6)
+                await asyncio.wait_for(reader, 40)
+            acked = [m for m, f in futs if f.done() and not f.cancelled()
+                     and f.exception() is None and f.result().get("event") == "acked"]
+            return got, [msgs[0], *acked]
+
+        got, acked = run(main())
+        assert b.proc is not None
+        b.proc.wait(30)
+    finally:
+        a.stop()
+        b.stop()
+    assert set(acked) <= set(got), (len(acked), len(got))
+    assert b.log is not None
+    log = b.log.read_text()
+    stop_at = log.index("event=shutdown_requested")
+    assert "event=connection_established" not in log[stop_at:], log[stop_at:]
