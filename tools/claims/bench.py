@@ -77,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connection", action="append", default=[], metavar="KEY=VALUE",
                         help="a daemon [connection] setting for every host of the run "
                              "(repeatable; e.g. --connection ack_delay=3e-4 to A/B a transport "
-                             "setting; a variant: results to --out only)")
+                             "setting, --connection congestion_params.host_floor=true one "
+                             "parameter of the congestion controller; a variant: results to "
+                             "--out only)")
     parser.add_argument("--daemon-qlog", action="store_true",
                         help="daemons write <work>/hN.qlog (costs ~30%% goodput; for diagnosis)")
     parser.add_argument("--render", default=None, metavar="JSON",
