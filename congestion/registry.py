@@ -66,6 +66,14 @@ def for_connection(name: str, *, mtu: int, base_rtt: float, line_rate: float,
     return get(name, **{**link, **params})
 
 
+def check(name: str, params: Mapping[str, Any]) -> None:
+    """Raise what building controller ``name`` under ``params`` raises
+    (KeyError: no such controller; TypeError or ValueError: a parameter it
+    does not take or refuses), on a nominal link: for configuration checked
+    when it is loaded, not at the first connection."""
+    for_connection(name, mtu=1500, base_rtt=1e-4, line_rate=1.25e9, params=params)
+
+
 def _nscc_uec(**params: Any) -> CongestionController:
     return Nscc(NsccParams.uec_spec(), **params)
 

@@ -85,7 +85,7 @@ def _congestion_params(src: str, conn_user: dict[str, Any]) -> dict[str, Any]:
     the profile's pacing burst and target delay), checked by building the
     controller, so a misspelt key fails here, with its name, and not at the
     first connection."""
-    from congestion.registry import for_connection
+    from congestion.registry import check
 
     table = _want(src, "connection.congestion_params", conn_user["congestion_params"], dict,
                   "a table of the congestion controller's parameters")
@@ -94,7 +94,7 @@ def _congestion_params(src: str, conn_user: dict[str, Any]) -> dict[str, Any]:
     name = conn_user.get("congestion", base.get("congestion", default))
     merged = {**base.get("congestion_params", {}), **table} if name == default else dict(table)
     try:
-        for_connection(str(name), mtu=1500, base_rtt=1e-4, line_rate=1.25e9, params=merged)
+        check(str(name), merged)
     except KeyError as exc:
         raise ConfigError(f"{src}: key 'connection.congestion': {exc.args[0]}") from None
     except (TypeError, ValueError) as exc:

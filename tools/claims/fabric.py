@@ -118,12 +118,12 @@ def parse_connection(items: list[str], planes: int = 2) -> dict[str, Any]:
     flat = {k: v for k, v in out.items() if "." not in k}
     cc = {k.partition(".")[2]: v for k, v in out.items() if "." in k}
     if cc:
-        from congestion.registry import for_connection
+        from congestion.registry import check
 
         flat["congestion_params"] = {**base["congestion_params"], **cc}
         try:
-            for_connection(str(flat.get("congestion", ConnectionConfig().congestion)), mtu=1500,
-                           base_rtt=1e-4, line_rate=1.25e9, params=flat["congestion_params"])
+            check(str(flat.get("congestion", ConnectionConfig().congestion)),
+                  flat["congestion_params"])
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"--connection congestion_params.*: {exc}") from None
     try:
