@@ -251,14 +251,9 @@ class EndpointIO:
         # the bytes in tests/netns/test_daemon_netns.py). An empty socket
         # costs one EAGAIN read.
         planes = self.planes
-        n = len(planes)
-        before = self.rx_datagrams
-        for i in range(n):
-            self._drain(planes[(ps.index + i) % n])
-        if self.rx_datagrams == before and not self.rx_holdoff:
-            # Another plane's wakeup in this loop pass read this socket
-            # already: nothing arrived, so nothing to acknowledge or send.
-            return
+        k = planes.index(ps)
+        for i in range(len(planes)):
+            self._drain(planes[(k + i) % len(planes)])
         # Read to the end: a SACK held back by a short ACK delay goes out now,
         # not after a timer wakeup (docs/daemon.md, "ACK at the end of a read").
         self.endpoint.flush_acks(time.monotonic())
