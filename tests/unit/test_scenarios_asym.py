@@ -140,6 +140,37 @@ def test_a_capped_plane_that_heals_gets_its_share_back() -> None:
     assert healed_at is not None and s.even
 
 
+def test_a_capped_plane_back_from_a_park_heals_before_it_is_timed_again() -> None:
+    # A spine reboot: half of plane 0's paths lose, the plane is capped and
+    # parked for silence, then comes back at its cap (the floor). At that
+    # share few SACK echoes time it, so it stays short of LIVE round trips;
+    # its acknowledgements must still lift the cap once the loss is over.
+    s = PlaneShares(2)
+
+    def lossy(_k: int) -> None:
+        s.on_outcome(0, lost=10, acked=10)
+        s.on_outcome(1, acked=20)
+
+    t, _ = _equal_delays(s, 0.0, 2000, lossy)
+    assert s.weight[0] <= 0.1
+    s.reset(0)  # parked, then back: still capped, and not timed any more
+    assert s.weight[0] <= 0.1 and s.samples[0] == 0
+    healed_at = None
+    for k in range(2000):  # 200 ms: plane 1 timed, plane 0 only acknowledged
+        t += 1e-4
+        s.on_rtt(1, 1e-3, t)
+        s.on_outcome(0, acked=1)
+        s.on_outcome(1, acked=20)
+        if s.weight[0] == 1.0:
+            healed_at = k
+            break
+    assert s.samples[0] == 0
+    assert healed_at is not None and healed_at * 1e-4 <= 0.05, healed_at
+    # losses of a plane not timed yet still do not count
+    s.on_outcome(0, lost=20)
+    assert s.lost[0] == 0
+
+
 def test_a_loss_acknowledged_after_all_is_taken_back() -> None:
     # A copy declared lost and then acknowledged (reordered behind a more
     # queued plane, or trimmed: congestion, not a lossy plane) does not count.

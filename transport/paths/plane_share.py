@@ -169,12 +169,20 @@ class PlaneShares:
 
     def on_outcome(self, plane: int, *, lost: int = 0, acked: int = 0) -> None:
         """Packets sent on ``plane`` were declared lost or acknowledged.
-        Counted once the plane is timed (``LIVE`` round trips): before that
-        the sender's loss detection does not know the plane's RTT, and a slow
-        plane's packets were declared lost only for being slow."""
-        if 0 <= plane < len(self.lost) and self.samples[plane] >= LIVE:
-            self.lost[plane] += lost
+        Losses count once the plane is timed (``LIVE`` round trips): before
+        that the sender's loss detection does not know the plane's RTT, and a
+        slow plane's packets were declared lost only for being slow.
+        Acknowledgements always count: delivery is evidence whatever the
+        timing. A plane back from a park with its loss cap (a spine reboot
+        parks a plane whose other spine still works) carries the floor share,
+        and at that share its own round trips are rarely the newest a SACK
+        echoes; were its acknowledgements held back until it was timed again,
+        the cap outlived the fault by half a second (``braid demo``: plane 0
+        at 0.13 of the packets for a 300 ms reboot)."""
+        if 0 <= plane < len(self.lost):
             self.acked[plane] += acked
+            if self.samples[plane] >= LIVE:
+                self.lost[plane] += lost
 
     def on_late(self, plane: int) -> None:
         """A packet sent on ``plane`` that was declared lost was acknowledged
@@ -216,11 +224,17 @@ class PlaneShares:
         same host delay as queue and lost their share to it (3-4 ms of host
         delay on both planes after an idle 0.1 ms: the kept plane fell to the
         floor share, tests/unit/test_scenarios_asym.py). The loss averages are
-        kept: they are the plane's record, not a reading against a baseline."""
+        kept: they are the plane's record, not a reading against a baseline,
+        and so is every other plane's count of round trips (``LIVE``): it
+        says the sender has timed the plane, which a park elsewhere does not
+        undo. Zeroed for all, a plane capped at a small share for its losses
+        (a spine reboot's) stopped counting outcomes until it had shown
+        ``LIVE`` more round trips, and kept the cap (``braid demo``: plane 0
+        at 0.14 of the packets after plane 2 came back, 0.21-0.24 before)."""
+        self.samples[plane] = 0
         for p in range(len(self.base)):
             self.base[p] = math.inf
             self.qdelay[p] = 0.0
-            self.samples[p] = 0
             self.lt[p] = 0.0
             self.dw[p] = 1.0
             self.credit[p] = 0.0
@@ -237,15 +251,33 @@ class PlaneShares:
     def _update(self, now: float) -> None:
         live = [p for p, n in enumerate(self.samples) if n >= LIVE]
         last, self.last_update = self.last_update, now
-        if len(live) < 2 or last is None:
+        if last is None or not live:
             return
         self.updates += 1
+        if len(live) > 1:
+            self._delay_weights(live, now - last)
+        self._loss_caps()
+        # Every plane's weight: one not timed again since it came back has an
+        # even delay weight (``reset``), and its cap moves with its outcomes
+        # (with a single timed plane left, the caps alone move).
+        w, cap, dw = self.weight, self.cap, self.dw
+        for p in range(len(w)):
+            w[p] = min(dw[p], cap[p])
+        top = max(w[p] for p in live)
+        for p in range(len(w)):
+            v = w[p] / top
+            w[p] = 1.0 if v >= EVEN else max(v, FLOOR)
+        self.even = all(x == 1.0 for x in w)
+
+    def _delay_weights(self, live: list[int], elapsed: float) -> None:
+        """Move the timed planes' delay weights (``dw``) towards equal
+        queueing delays, by their share of a ``HORIZON`` (``elapsed``)."""
         # Every move is per HORIZON, scaled by the time since the last
         # update: ``lt`` lags by about a horizon, and a move per update (one
         # slowest RTT, 4 ms on a software host) stacked a dozen moves on one
         # stale reading: the half-rate plane's share swung 0.06-0.75 in
         # ~400 ms cycles (0.87 of capacity; ideal fixed shares 1.00).
-        a = min(1.0, (now - last) / HORIZON)
+        a = min(1.0, elapsed / HORIZON)
         lt, dw = self.lt, self.dw
         for p in live:
             lt[p] += a * (self.qdelay[p] - lt[p])
@@ -267,25 +299,17 @@ class PlaneShares:
         top = max(dw[p] for p in live)
         for p in live:
             dw[p] /= top
-        self._loss_caps(live)
-        w, cap = self.weight, self.cap
-        for p in live:
-            w[p] = min(dw[p], cap[p])
-        top = max(w[p] for p in live)
-        for p in live:
-            v = w[p] / top
-            w[p] = 1.0 if v >= EVEN else max(v, FLOOR)
-        self.even = all(x == 1.0 for x in w)
 
-    def _loss_caps(self, live: list[int]) -> None:
+    def _loss_caps(self) -> None:
         """Average each plane's loss fraction; cap the weight of a plane that
         loses much more than the other planes that deliver."""
         lf, cap = self.lf, self.cap
+        planes = range(len(lf))
         # Only a plane that delivers is a reference: one that has just died
         # declares its losses late (silence, not SACK gaps) and would look
         # like the least lossy, capping a gray survivor in favour of the dead.
-        delivering = [p for p in live if self.acked[p] > 0]
-        for p in live:
+        delivering = [p for p in planes if self.acked[p] > 0]
+        for p in planes:
             n = self.lost[p] + self.acked[p]
             if n >= LOSS_SAMPLES:
                 a = min(1.0, n / LOSS_MEMORY)
@@ -295,7 +319,7 @@ class PlaneShares:
         if not delivering:
             return
         total = sum(lf[p] for p in delivering)
-        for p in live:
+        for p in planes:
             # Against the mean of the other delivering planes, not the least
             # lossy one: the least of several noisy estimates is biased low,
             # and equal 5% loss everywhere capped planes by turns (0.88 ->
