@@ -22,6 +22,9 @@ class AckSample:
     the path the acked packet took; multipath estimators need them because
     feedback from different paths is not one RTT process. ``in_flight`` is the
     bytes outstanding when the SACK arrived, before removing ``acked_bytes``.
+    ``host_delay``: what of the round trip the hosts spent (the peer's hold
+    of the SACK from the data's arrival, this host's wait to read it), taken
+    out of ``rtt`` already (docs/congestion.md, "Host delay").
     """
 
     now: float
@@ -31,6 +34,7 @@ class AckSample:
     ev: int
     plane: int
     in_flight: int
+    host_delay: float = 0.0
 
 
 class PlaneRtt(Protocol):

@@ -104,6 +104,7 @@ class Nscc(NsccDeviations):
         self.spurious_undo = p.spurious_undo
         self.measured_growth = p.measured_growth
         self.host_floor = p.host_floor
+        self.host_delay_window = p.host_delay_window
         self.quick_adapt_floor = p.quick_adapt_floor
         self.filtered_qa_trigger = p.filtered_qa_trigger
         self.measured_rtt_periods = p.measured_rtt_periods
@@ -217,9 +218,12 @@ class Nscc(NsccDeviations):
             # Deviation 3: a software host's 2 ms target on a 0.3 ms fabric
             # could otherwise never fill the pipe at the RTT it accepts.
             cap = max(cap, self.bdp + self.line_rate * self.target_delay)
-        if self.host_floor and self._floor > 0:
-            # Deviation 11: the pipe also holds the host delay every packet meets.
-            over = self._floor + (self.target_delay if self.maxwnd_covers_target else 0.0)
+        host = max(self._floor if self.host_floor else 0.0,
+                   self._host if self.host_delay_window else 0.0)
+        if host > 0:
+            # Deviations 11 and 12: the pipe also holds the host delay
+            # every packet meets (a floor of the delay, or measured).
+            over = host + (self.target_delay if self.maxwnd_covers_target else 0.0)
             cap = max(cap, self.bdp + self.line_rate * over)
         self.max_window = max(cap / self._senders, self.min_window)
 
@@ -376,6 +380,8 @@ class Nscc(NsccDeviations):
             self._min_rtt = rtt
             self._set_base(rtt)
             self._cwnd = min(self._cwnd, self.max_window)
+        if self.host_delay_window:
+            self._host_on_ack(now, sample.host_delay)  # deviation 12
         base = self._paths.delay_sample(sample.plane, rtt)
         d = max(rtt - base, 0.0)
         if self.host_floor:
@@ -548,6 +554,7 @@ class Nscc(NsccDeviations):
             "target_delay": self.target_delay,
             "delay_is_mark": float(self._delay_is_mark),
             "host_floor": self._floor,
+            "host_delay": self._host,
             "mark_alpha": self._mark_alpha,
             "host_senders": float(self._senders),
         }

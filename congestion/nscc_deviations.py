@@ -24,6 +24,8 @@ UNDO_RTTS = 2.0
 FLOOR_RTTS = 8
 #: ... and stops rising once the connection delivers this share of its line rate.
 FULL_PIPE = 0.75
+#: Deviation 12: smoothing, per RTT, of the host delay maxwnd covers.
+HOST_GAIN = 0.25
 
 
 class NsccDeviations:
@@ -41,6 +43,7 @@ class NsccDeviations:
     _prev_blocked: bool
     loss_as_mark: bool
     host_floor: bool
+    host_delay_window: bool
     mtu: int
     line_rate: float
     base_rtt: float
@@ -113,6 +116,12 @@ class NsccDeviations:
         # (only with the switch on: a half-open connection's memory is bounded).
         self._floor = 0.0
         self._floor_rtts: deque[list[float]] | None = deque() if self.host_floor else None
+        # Deviation 12: the host delay maxwnd covers (seconds), and this
+        # RTT's sum and count of samples, and when this RTT ends.
+        self._host = 0.0
+        self._host_sum = 0.0
+        self._host_n = 0
+        self._host_until = -math.inf
 
     # -- 1. loss as the mark on a fabric that never marks --------------------------
 
@@ -339,3 +348,35 @@ class NsccDeviations:
         if floor != self._floor:
             self._floor = floor
             self._set_base(self.base_rtt)
+
+    # -- 12. a window that covers the measured host delay -----------------------------
+
+    def _host_on_ack(self, now: float, host_delay: float) -> None:
+        """Each RTT, the mean host delay of its samples, smoothed (gain
+        ``HOST_GAIN``) and at most ``qa_delay``, is what maxwnd covers
+        beyond the fabric's pipe and target queue.
+
+        The RTT samples no longer hold it (the I/O layer measured it with
+        the kernel's receive stamps and the peer reported it in the SACK's
+        ACK Delay), so the delay NSCC reads is the fabric's: a busy host's
+        2 ms of socket waits and event loops no longer read as a queue above
+        a 2 ms target. But the bytes in flight still spend that time in the
+        hosts, so a window sized to the fabric's round trip alone left a
+        tail-drop link idle (docs/congestion.md, "Host delay"). The mean, not
+        a floor: it is what the average packet in flight spends there.
+        Capped at QuickAdapt's trigger: more than that is a host that cannot
+        keep up, which its losses, not a larger window, must answer."""
+        self._host_sum += host_delay
+        self._host_n += 1
+        if now < self._host_until:
+            return
+        self._host_until = now + self._rtt_est()
+        mean = self._host_sum / self._host_n
+        self._host_sum, self._host_n = 0.0, 0
+        host = min(mean if self._host == 0.0 else self._host + HOST_GAIN * (mean - self._host),
+                   self.qa_delay)
+        if abs(host - self._host) > 0.1 * max(self._host, 1e-6) or host == 0.0:
+            self._host = host
+            self._set_base(self.base_rtt)
+        else:
+            self._host = host

@@ -26,6 +26,7 @@ DEVIATIONS: tuple[str, ...] = (
     "spurious_undo",            # 9
     "measured_growth",          # 10
     "host_floor",               # 11
+    "host_delay_window",        # 12
     "quick_adapt_floor",
     "filtered_qa_trigger",
     "measured_rtt_periods",
@@ -114,6 +115,11 @@ class NsccParams:
     #: host delay floor: the lowest per-RTT minimum delay of the last
     #: ``FLOOR_RTTS`` RTTs (off by default: docs/congestion.md).
     host_floor: bool = False
+    #: 12. maxwnd also covers the host delay the I/O layer measured and took
+    #: out of the RTT samples (``AckSample.host_delay``: the peer's hold of
+    #: each SACK from the data's arrival, this host's wait to read it), its
+    #: mean per RTT, smoothed, at most ``qa_delay``.
+    host_delay_window: bool = True
     #: QuickAdapt never cuts below ``qa_floor`` × maxwnd (UEC: one MTU).
     quick_adapt_floor: bool = True
     qa_floor: float = 0.0625

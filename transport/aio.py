@@ -79,16 +79,6 @@ class Tap(Protocol):
     def on_rx(self, now: float, data: bytes, rx: RxInfo) -> None: ...
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed (several times cheaper per callback), else asyncio."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
 #: Deadlines nearer than this go on the timerfd (transport/timerfd.py): the
 #: loop's millisecond timers would spin on them. Farther ones, nearly every
 #: RTO and loss timer of a bulk transfer, stay on the loop's timer, which is
@@ -119,7 +109,7 @@ class EndpointIO:
                  on_event: EventHandler | None = None, pool: int = 16,
                  rcvbuf: int = 32 << 20, sndbuf: int = 8 << 20, batch: bool = True,
                  timerfd: bool = True, queue_wait: bool = False,
-                 rx_holdoff: float = RX_HOLDOFF) -> None:
+                 rx_holdoff: float = RX_HOLDOFF, host_stamps: bool = True) -> None:
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint
@@ -167,6 +157,8 @@ class EndpointIO:
         #: Socket-queue waits of what this host read (``queue_wait=True``: the
         #: kernel stamps every datagram; transport/queue_wait.py); None: off.
         self.queue_wait: QueueWait | None = QueueWait() if queue_wait else None
+        #: Kernel receive stamps tell the core each read's lag (RxInfo.lag).
+        self._stamps = host_stamps or queue_wait
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -177,7 +169,7 @@ class EndpointIO:
             for i, a in enumerate(self.plane_addrs):
                 self.planes.append(PlaneSockets(i, a, pool=self._pool, rcvbuf=self._rcvbuf,
                                                 sndbuf=self._sndbuf, batch=self._batch,
-                                                rx_timestamps=self.queue_wait is not None))
+                                                rx_timestamps=self._stamps))
         except BaseException:
             self.close()
             raise
@@ -292,6 +284,7 @@ class EndpointIO:
         tap = self.tap
         qw = self.queue_wait
         now = time.monotonic()
+        wall = time.time()  # a kernel stamp's clock: a read's lag is wall - stamp
         n_rx = 0
         n_bytes = 0
         calls = 0
@@ -311,14 +304,17 @@ class EndpointIO:
                 break
             v = 0
             seg = 0
+            lag = 0.0
             for level, _type, cdata in anc:
                 if level == SOL_UDP:
                     if len(cdata) >= 4:
                         seg = _INT.unpack_from(cdata)[0]
                 elif level == _SOL_SOCKET:
-                    if _type == SCM_TIMESTAMPNS and qw is not None and len(cdata) >= 16:
+                    if _type == SCM_TIMESTAMPNS and len(cdata) >= 16:
                         sec, nsec = _TIMESPEC.unpack_from(cdata)
-                        qw.add(time.time() - sec - nsec * 1e-9)
+                        lag = wall - sec - nsec * 1e-9
+                        if qw is not None:
+                            qw.add(time.time() - sec - nsec * 1e-9)
                 elif cdata:
                     v = cdata[0]  # IP_TOS one byte; IPV6_TCLASS an int (little-endian)
             if v != last_v:
@@ -327,6 +323,7 @@ class EndpointIO:
                     known = infos[(plane, v)] = RxInfo(plane, (v & 3) == ECN_CE, v >> 2)
                 rx = known
                 last_v = v
+            got = rx if lag <= 0.0 else RxInfo(plane, rx.ce, rx.dscp, lag)
             host = addr[0]
             if host != last_host:  # a drain is mostly one peer's datagrams
                 peer = by_source.get((plane, host))
@@ -340,10 +337,10 @@ class EndpointIO:
                     whole = view[:n]
                     views = [whole[off:off + seg] for off in range(0, n, seg)]
                     n_rx += len(views)
-                    receive_many(views, rx, now, peer)
+                    receive_many(views, got, now, peer)
                 else:
                     n_rx += 1
-                    receive_many((view[:n],), rx, now, peer)
+                    receive_many((view[:n],), got, now, peer)
                 continue
             if 0 < seg < n:
                 chunks: Iterable[bytes] = [bytes(view[off:min(off + seg, n)])
@@ -352,14 +349,14 @@ class EndpointIO:
                 chunks = (bytes(view[:n]),)
             for data in chunks:
                 if tap is not None:
-                    tap.on_rx(now, data, rx)
+                    tap.on_rx(now, data, got)
                 n_rx += 1
                 if peer is not None:
-                    ep.receive_datagram(data, rx, now, peer)
+                    ep.receive_datagram(data, got, now, peer)
                     continue
                 # An unknown source: remembered only once it has a connection
                 # (it authenticated), never for a mere datagram.
-                conn = ep.receive_datagram(data, rx, now, host)
+                conn = ep.receive_datagram(data, got, now, host)
                 if conn is not None and conn.local_cid in ep.connections and \
                         ep.peer_of(conn) == host:
                     peers.learn(plane, host)

@@ -72,7 +72,7 @@ class ConnDispatch(ConnLifecycle):
         if isinstance(body, Data):
             self._on_data(pkt, body, rx, now)
         elif isinstance(body, Sack):
-            self._on_sack(body, pkt.header.flags, now)
+            self._on_sack(body, pkt.header.flags, now, rx.lag)
         elif isinstance(body, Nack):
             self._on_nack(body, now)
         elif isinstance(body, Probe):
@@ -129,8 +129,9 @@ class ConnDispatch(ConnLifecycle):
             self._on_data(Packet(header, body, payload, payload is None), body, rx, now)
             return
         try:
-            urgent = r.on_slice(cum + d, ev, ts, rx.plane, mid, moff, mlen, payload, rx.ce, now,
-                                flags & _ACK_REQ != 0, flags & _LAST != 0)
+            # Held since it reached the host, not since this read (rx.lag).
+            urgent = r.on_slice(cum + d, ev, ts, rx.plane, mid, moff, mlen, payload, rx.ce,
+                                now - rx.lag, flags & _ACK_REQ != 0, flags & _LAST != 0)
         except SliceError as exc:
             self._bad_slice(exc, now)
             return
@@ -162,7 +163,7 @@ class ConnDispatch(ConnLifecycle):
             return
         assert pkt.payload is not None
         try:
-            urgent = r.on_data(body, pkt.payload, ce=rx.ce, now=now,
+            urgent = r.on_data(body, pkt.payload, ce=rx.ce, now=now - rx.lag,
                                ack_req=bool(pkt.header.flags & _ACK_REQ), plane=rx.plane,
                                last=bool(pkt.header.flags & _LAST))
         except SliceError as exc:
@@ -210,14 +211,16 @@ class ConnDispatch(ConnLifecycle):
         return bm != 0 and (sack.bitmap_base + bm.bit_length() - 1 - nxt) & 0xFFFFFFFF \
             < 0x80000000
 
-    def _on_sack(self, sack: Sack, flags: int, now: float) -> None:
+    def _on_sack(self, sack: Sack, flags: int, now: float, lag: float = 0.0) -> None:
         if self._sack_beyond_sent(sack):
             self._drop("sack_beyond_sent")
             self._fail(ConnEvent.PROTOCOL_ERROR, "protocol error by peer: SACK for "
                        f"PSNs never sent (next PSN {self.sender.next_psn})",
                        tell_peer=True, now=now, code=CloseReason.PROTOCOL_ERROR)
             return
-        res = self.sender.on_sack(sack, now=now, now_us=_us(now))
+        # Timed from when the SACK reached this host: the time it waited
+        # for this read is ours, not the path's (``lag``, RxInfo).
+        res = self.sender.on_sack(sack, now=now, now_us=_us(now - lag), lag=lag)
         self._persist_tries = 0  # the peer answers
         if self.sender.on_credit(sack.rwnd):
             self._persist_at = None
@@ -256,6 +259,7 @@ class ConnDispatch(ConnLifecycle):
                 # The plane we sent the sampled packet on, not the peer's word.
                 plane=res.sampled.ev.plane if res.sampled is not None and res.sampled.ev
                 else sack.plane % self.config.planes, in_flight=self.sender.bytes_in_flight + acked,
+                host_delay=res.host_delay,
             ))
         for msg_id, size in res.messages_acked:
             self._events.append(MessageAcked(msg_id, size))

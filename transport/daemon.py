@@ -225,7 +225,7 @@ class Daemon(ControlServer, HostCore):
 def run_daemon(cfg: DaemonConfig, *, secret: bytes | None, log: Log,
                qlog_factory: Callable[[], QlogSink] | None = None) -> int:
     """Run the daemon on uvloop until it is stopped; the exit code."""
-    from transport.aio import new_event_loop
+    from transport.eventloop import new_event_loop
 
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

@@ -69,6 +69,10 @@ class DaemonConfig:
     #: Measure how long datagrams wait in the plane sockets' queues before the
     #: daemon reads them (kernel receive timestamps; transport/queue_wait.py).
     queue_wait: bool = False
+    #: Kernel receive timestamps tell the transport how long each datagram
+    #: waited in this host before it was read: taken out of RTT samples and
+    #: covered by the window instead (docs/congestion.md, "Host delay").
+    host_stamps: bool = True
     #: Receive moderation, seconds (``transport.aio.RX_HOLDOFF``; 0: off).
     rx_holdoff: float = RX_HOLDOFF
 
@@ -118,7 +122,7 @@ def _addrs(src: str, key: str, value: object, port: int) -> list[PlaneAddr]:
 
 _TOP_KEYS = {"name", "port", "key", "socket", "planes", "peers", "connection", "pool", "rcvbuf",
              "sndbuf", "drain_timeout", "send_window", "recv_buffer", "insecure", "keylog",
-             "queue_wait", "rx_holdoff_us"}
+             "queue_wait", "host_stamps", "rx_holdoff_us"}
 
 
 def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
@@ -183,6 +187,8 @@ def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
             setattr(cfg, k, v)
     cfg.queue_wait = _want(src, "queue_wait", data.get("queue_wait", False), bool,
                            "true or false")
+    cfg.host_stamps = _want(src, "host_stamps", data.get("host_stamps", True), bool,
+                            "true or false")
     if "rx_holdoff_us" in data:
         us = _want(src, "rx_holdoff_us", data["rx_holdoff_us"], (int, float), "microseconds")
         if not 0 <= us <= 10_000:

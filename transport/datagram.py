@@ -29,9 +29,15 @@ class RxInfo:
     """What the network tells the receiver besides the bytes.
 
     ``dscp`` distinguishes a header trimmed in the fabric from one trimmed at
-    the last hop; ``ce`` is the ECN Congestion Experienced mark.
+    the last hop; ``ce`` is the ECN Congestion Experienced mark. ``lag``:
+    how long before the ``now`` it is handled with the datagram reached this
+    host (seconds; the kernel's receive stamp, when the I/O layer has one,
+    else 0). It is host delay, not the fabric's: the receiver counts it in
+    the hold its SACK reports, and the sender times a SACK from its arrival
+    (docs/congestion.md, "Host delay").
     """
 
     plane: int
     ce: bool = False
     dscp: int = 0
+    lag: float = 0.0

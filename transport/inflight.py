@@ -48,6 +48,10 @@ class AckResult:
     #: round trip (how late it was; the others' are not known).
     late_echo: SentPacket | None = None
     late_rtt: float = 0.0
+    #: What of ``rtt``'s echo was host delay, taken out of it: the peer's
+    #: hold beyond the allowance (its socket wait included) and this host's
+    #: wait to read the SACK (seconds).
+    host_delay: float = 0.0
 
 
 class InflightTable(LossDetection):
@@ -308,7 +312,9 @@ class InflightTable(LossDetection):
         self._peer_hold = hold
         self.ack_delay = max(self._ack_delay_floor, hold)
 
-    def on_sack(self, sack: Sack, *, now: float, now_us: int) -> AckResult:
+    def on_sack(self, sack: Sack, *, now: float, now_us: int, lag: float = 0.0) -> AckResult:
+        """What ``sack`` says. ``now_us``: when it reached this host (the
+        echo's clock); ``lag``: how long before ``now`` that was (RxInfo)."""
         res = AckResult()
         self._ack_now = now
         inflight = self.inflight
@@ -375,10 +381,15 @@ class InflightTable(LossDetection):
             # Only a SACK that acknowledges its echoed packet first says how
             # long the receiver holds SACKs back (a repeat, a hole refresh or
             # a credit update echoes whatever came last, however long ago).
-            if sack.ack_delay or self._peer_hold:
-                self._learn_hold(sack.ack_delay / ACK_DELAY_HZ)
+            if sack.ack_delay or self._peer_hold or lag:
+                # The timers allow for the SACK's whole stay in the hosts:
+                # the peer's hold and our own wait to read it.
+                self._learn_hold(sack.ack_delay / ACK_DELAY_HZ + lag)
             rtt = self._echo_rtt(sack, now_us)
             if 0 < rtt < 60:
+                if sack.ack_delay:
+                    res.host_delay = ((now_us - sack.echo_ts) & 0xFFFFFFFF) / 1e6 - rtt
+                res.host_delay += lag
                 self.rtt.update(rtt)
                 self.every_rtt.update(rtt)
                 if not sampled.twin:  # a twin's path is not known

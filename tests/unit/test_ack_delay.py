@@ -132,3 +132,56 @@ def test_the_packet_that_fills_the_window_asks_for_an_ack_once_the_peer_holds_sa
     assert conn.sender.bytes_in_flight + cfg.payload_size > window, "window never filled"
     assert flags and flags[-1], "the window-filling packet must ask for a SACK"
     assert not any(flags[:-1]), flags
+
+
+def test_the_sender_times_a_sack_from_its_arrival_and_says_what_the_hosts_took() -> None:
+    # The SACK reached this host 300 us before it was read (a busy event
+    # loop; the kernel's receive stamp says so: RxInfo.lag). Its echo's
+    # round trip is 200 us of fabric, 400 us held by the peer (50 units, its
+    # socket wait included) and those 300 us: the sample is the fabric's
+    # (less PEER_ACK_DELAY's 20 us allowance), and what was taken out is
+    # reported for the window (AckSample.host_delay).
+    s = _sender()
+    s.enqueue(b"x" * 4000)
+    ev = _Ev(0, 1)
+    p = send(s, ev, 0.0)
+    now, lag = 900e-6, 300e-6
+    res = s.on_sack(Sack(p.psn + 1, p.psn + 1, 0, p.psn, ev.value, p.timestamp, 0, 0, ev.plane,
+                         50), now=now, now_us=round((now - lag) * 1e6), lag=lag)
+    assert res.rtt is not None and abs(res.rtt - (200e-6 + 20e-6)) < 2e-6
+    assert abs(res.host_delay - (380e-6 + 300e-6)) < 2e-6
+    # The loss timers allow for the SACK's whole stay in the hosts.
+    assert abs(s.ack_delay - 700e-6) < 2e-6
+
+
+def test_a_datagram_that_waited_in_the_host_is_held_from_its_arrival() -> None:
+    # Through the endpoints' receive paths (the fast one for DATA): DATA that
+    # waited 400 us in b's socket is acknowledged with 400 us of ACK Delay,
+    # and a's controller learns the host delay its window must cover.
+    cfg = replace(CFG, planes=1, ack_every=1)
+    a = Endpoint(config=cfg, secret=SECRET, rng=random.Random(1))
+    b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(2))
+    w = Wire(a, b)
+    conn = a.connect("b", 0.0)
+    w.run(lambda: conn.is_established and bool(b.connections))
+    w.run(lambda: not conn.sender.bytes_in_flight, steps=1000)
+    assert conn.cc.stats()["host_delay"] == 0.0
+    conn.send_message(os.urandom(4000))
+    now = w.now + 10e-6
+    data = [d for _, d, _ in a.datagrams_to_send(now)
+            if peek_untrusted(d).ptype == PacketType.DATA]
+    now += 600e-6
+    b.receive_datagrams([data[0]], RxInfo(0, lag=400e-6), now, "a")
+    sacks = [d for _, d, _ in b.datagrams_to_send(now)
+             if peek_untrusted(d).ptype == PacketType.SACK]
+    assert sacks
+    (bconn,) = b.connections.values()
+    assert bconn.receiver.sack_causes["every"] >= 1
+    for d in sacks:  # a reads them 100 us after they arrived
+        a.receive_datagram(d, RxInfo(0, lag=100e-6), now + 200e-6, "b")
+    # a's allowance covers b's 400 us hold and its own 100 us read wait ...
+    assert conn.sender.ack_delay >= 500e-6 - 10e-6, conn.sender.ack_delay
+    # ... and its window the host delay taken out of the sample (400 us
+    # less the 20 us allowance, plus 100 us)
+    host = conn.cc.stats()["host_delay"]
+    assert 480e-6 - 10e-6 <= host <= 480e-6 + 10e-6, host

@@ -12,11 +12,12 @@ from dataclasses import replace
 import pytest
 from test_daemon import free_ports as _free_ports
 
-from transport.aio import EndpointIO, new_event_loop
+from transport.aio import EndpointIO
 from transport.config import ConnectionConfig
 from transport.connection import Connection
 from transport.datagram import TxPath
 from transport.endpoint import Endpoint, PeerKey
+from transport.eventloop import new_event_loop
 from transport.events import ConnectionFailed, Event, MessageDelivered
 from transport.udp import PeerTable, PlaneAddr, PlaneSockets, parse_addr, parse_tos
 from wire.constants import ECN_CE, Dscp, tos

@@ -58,6 +58,7 @@ def ack(
     acked: int = MTU,
     plane: int = 0,
     in_flight: int | None = None,
+    host: float = 0.0,
 ) -> None:
     c.on_ack(
         AckSample(
@@ -68,6 +69,7 @@ def ack(
             ev=7,
             plane=plane,
             in_flight=c.cwnd if in_flight is None else in_flight,
+            host_delay=host,
         )
     )
 

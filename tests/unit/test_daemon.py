@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import braid
-from transport.aio import new_event_loop
+from transport.eventloop import new_event_loop
 from wire.keys import new_cluster_key, write_key_file
 
 REPO = Path(__file__).resolve().parents[2]

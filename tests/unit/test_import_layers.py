@@ -148,8 +148,8 @@ TRANSPORT_LAYERS: list[list[str]] = [
     ["transport.daemon_log"],
     ["transport.daemon_config"],
     ["transport.aio"],
-    ["transport.udp", "transport.timerfd", "transport.queue_wait", "transport.inbox",
-     "transport.control"],
+    ["transport.udp", "transport.timerfd", "transport.eventloop", "transport.queue_wait",
+     "transport.inbox", "transport.control"],
     ["transport.endpoint"],
     # The connection, one object built in layers (conn_core at the bottom).
     ["transport.connection"],

@@ -45,7 +45,7 @@ def test_braid_is_the_default_and_uec_spec_has_every_switch_off() -> None:
     # off by default (docs/congestion.md, "Plain tail-drop links")
     assert [k for k, v in on.items() if not v] == ["measured_growth", "host_floor"]
     assert not any(NsccParams.uec_spec().deviations().values())
-    assert len(DEVIATIONS) == len(set(DEVIATIONS)) == 19
+    assert len(DEVIATIONS) == len(set(DEVIATIONS)) == 20
     # Keywords replace single fields (how congestion_params reach it).
     c = Nscc(NsccParams.uec_spec(), target_delay=2e-3)
     assert c.params.target_delay == 2e-3 and not c.loss_as_mark
@@ -295,6 +295,35 @@ def test_host_floor() -> None:
     on = make(host_floor=True, probe_gain=0.0)
     _host_delay(on, until=0.04, delay=1e-3, loss_at=0.001)
     assert on.stats()["host_floor"] == 0.0 and on.max_window == 15_000
+
+
+def test_host_delay_window() -> None:
+    # Every round trip spent 1 ms in the hosts (socket waits, event loops),
+    # measured and taken out of the samples already (AckSample.host_delay):
+    # the fabric's RTT is the base. maxwnd covers the host delay too
+    # (BDP + rate x (host + target)); off, it is the fabric's alone.
+    on, off = both("host_delay_window", probe_gain=0.0)
+    t = 0.0
+    for c in (on, off):
+        t = 0.0
+        while t < 0.02:
+            ack(c, t, BASE, host=1e-3)
+            t += 0.25e-3
+    assert on.stats()["host_delay"] == pytest.approx(1e-3)
+    assert on.max_window == pytest.approx(10_000 + RATE * (1e-3 + 0.5e-3))
+    assert off.stats()["host_delay"] == 0.0 and off.max_window == 15_000
+    # A host that cannot keep up (a second of delay) is no pipe to fill:
+    # at most QuickAdapt's trigger (4 x target) is covered.
+    big = make(host_delay_window=True, probe_gain=0.0)
+    for k in range(40):
+        ack(big, k * 0.25e-3, BASE, host=1.0)
+    assert big.stats()["host_delay"] == pytest.approx(big.qa_delay)
+    # The host delay gone, the window's cover shrinks back, an RTT at a time.
+    while t < 0.06:
+        ack(on, t, BASE, host=0.0)
+        t += 0.25e-3
+    assert on.stats()["host_delay"] < 0.05e-3
+    assert on.max_window < 15_000 + RATE * 0.05e-3
 
 
 def test_quick_adapt_floor() -> None:

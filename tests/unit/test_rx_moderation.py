@@ -10,9 +10,10 @@ import os
 
 from test_aio import make_pair
 
-from transport.aio import RX_HOLDOFF_TYPICAL, new_event_loop
+from transport.aio import RX_HOLDOFF_TYPICAL
 from transport.connection import Connection
 from transport.endpoint import PeerKey
+from transport.eventloop import new_event_loop
 from transport.events import Event, MessageDelivered
 
 

@@ -288,7 +288,7 @@ def worker(argv: list[str]) -> int:
     p.add_argument("--profile")
     p.add_argument("--spray-run", type=int)
     a = p.parse_args(argv)
-    from transport.aio import new_event_loop
+    from transport.eventloop import new_event_loop
 
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

@@ -284,11 +284,17 @@ def worker(argv: list[str]) -> int:
         if spec["kind"].startswith("tcp"):
             _tcp_worker(spec)
         else:
-            try:  # the daemons' and braid perf's loop (uvloop where installed)
-                from transport.aio import new_event_loop
-            except ImportError:
-                new_event_loop = asyncio.new_event_loop
-            loop = new_event_loop()
+            # the daemons' and braid perf's loop (uvloop where installed); a
+            # --baseline-tree may predate transport.eventloop
+            import importlib
+            make = asyncio.new_event_loop
+            for mod in ("transport.eventloop", "transport.aio"):
+                try:
+                    make = importlib.import_module(mod).new_event_loop
+                    break
+                except (ImportError, AttributeError):
+                    continue
+            loop = make()
             try:
                 loop.run_until_complete(_braid_worker(spec))
             finally:

@@ -496,7 +496,7 @@ async def amain(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
-    from transport.aio import new_event_loop
+    from transport.eventloop import new_event_loop
 
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

@@ -106,7 +106,7 @@ def run(a: argparse.Namespace) -> int:
     from tools.claims.fidelity import Monitor
     from tools.claims.fidelity import line as fidelity_line
     from tools.cli.perf_run import InprocPerf, Perf, Stream, interval_row, summary
-    from transport.aio import new_event_loop
+    from transport.eventloop import new_event_loop
 
     _validate(a)
     tb = Testbed.attach(_default_name(a.name))

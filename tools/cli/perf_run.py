@@ -519,7 +519,7 @@ async def worker(spec: dict[str, Any]) -> None:
 
 
 def worker_main(argv: list[str]) -> int:
-    from transport.aio import new_event_loop
+    from transport.eventloop import new_event_loop
 
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

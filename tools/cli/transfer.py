@@ -87,7 +87,7 @@ def _run(coro: Any) -> Any:
     """Run a client coroutine. Ctrl-C cancels it (so it leaves the daemon
     cleanly: the daemon cancels what it had queued and not started), then
     surfaces as one KeyboardInterrupt: the CLI prints one line, no asyncio noise."""
-    from transport.aio import new_event_loop
+    from transport.eventloop import new_event_loop
 
     loop = new_event_loop()
     task = loop.create_task(coro)

@@ -580,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         print("soak: needs root (it builds a namespace testbed)", file=sys.stderr)
         return 2
     from testbed import Testbed
-    from transport.aio import new_event_loop
+    from transport.eventloop import new_event_loop
 
     work = Path(tempfile.mkdtemp(prefix="braid-soak-"))
     tb = Testbed.up(TOPOLOGY, name=a.name)
