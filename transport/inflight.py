@@ -13,8 +13,7 @@ from transport.loss_policy import LossVerdict
 from transport.paths.rtt import RttEstimator
 from transport.psn import unwrap
 from transport.send_queue import SentPacket
-from wire.constants import ACK_DELAY_HZ
-from wire.packets import Sack
+from wire.packets import Sack, ack_delay_seconds
 
 #: had to be resent took from its first send to its acknowledgement
 #: (``recovered``; the last bucket is everything slower).
@@ -297,7 +296,7 @@ class InflightTable(LossDetection):
         """The RTT sample without the time the receiver held the packet
         (SACK ``ACK Delay``), as QUIC does; never below the smallest sample
         so far, so a peer cannot shrink it with a made-up delay."""
-        held = ack_delay / ACK_DELAY_HZ - self._ack_delay_floor
+        held = ack_delay_seconds(ack_delay) - self._ack_delay_floor
         if held <= 0:  # within the allowance the timers make anyway
             return rtt
         net = rtt - held
@@ -384,7 +383,7 @@ class InflightTable(LossDetection):
             if sack.ack_delay or self._peer_hold or lag:
                 # The timers allow for the SACK's whole stay in the hosts:
                 # the peer's hold and our own wait to read it.
-                self._learn_hold(sack.ack_delay / ACK_DELAY_HZ + lag)
+                self._learn_hold(ack_delay_seconds(sack.ack_delay) + lag)
             rtt = self._echo_rtt(sack, now_us)
             if 0 < rtt < 60:
                 if sack.ack_delay:

@@ -32,8 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from transport.psn import unwrap, wire
-from wire.constants import ACK_DELAY_HZ, ACK_DELAY_MAX, INITIAL_CREDIT, NackReason
-from wire.packets import Data, Nack, Sack
+from wire.constants import INITIAL_CREDIT, NackReason
+from wire.packets import Data, Nack, Sack, ack_delay_code
 
 _BITMAP_BITS = 64
 SACK_CAUSES = ("ack_req", "ce", "every", "duplicate", "no_buffer", "hole", "last_or_credit",
@@ -403,9 +403,9 @@ class Receiver:
             self._range_sack(out, max(hi - (_BITMAP_BITS - 1), base + _BITMAP_BITS), cum,
                              rwnd, self._pend_hi_plane)
         ce = self._ce_since_ack
-        held = int((now - held_at) * ACK_DELAY_HZ)
+        held = ack_delay_code(now - held_at)
         sack = Sack(wire(cum), wire(base), self._bitmap(base), wire(psn), ev, ts, rwnd,
-                    min(ce, 0xFFFF), plane, min(max(held, 0), ACK_DELAY_MAX))
+                    min(ce, 0xFFFF), plane, held)
         out.append(AckDue(sack, plane, ce > 0))
         self._unacked = 0
         self._ce_since_ack = 0

@@ -30,11 +30,14 @@ COUNTER_MAX: Final = (1 << 48) - 1
 #: heard any SACK; every receiver grants at least this much (SPEC "Receive credit").
 INITIAL_CREDIT: Final = 1 << 20
 
-#: SACK ``ACK Delay``: how long the receiver held the echoed packet before
-#: the SACK, in units of 1 / ACK_DELAY_HZ seconds (8 µs), saturating at
-#: ACK_DELAY_MAX (2.04 ms).
+#: SACK ``ACK Delay``: how long the echoed packet was in the receiving host
+#: before the SACK, counted in units of 1 / ACK_DELAY_HZ seconds (8 µs) and
+#: coded in one byte (``wire.packets.ack_delay_code``: exact to 1.016 ms,
+#: then within 1/16), saturating at code ACK_DELAY_MAX (253.95 ms).
 ACK_DELAY_HZ: Final = 125_000
 ACK_DELAY_MAX: Final = 255
+#: Codes below this are units; from it on, 16 codes per doubling.
+ACK_DELAY_LINEAR: Final = 128
 
 
 class PacketType(enum.IntEnum):

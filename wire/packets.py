@@ -11,7 +11,13 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from wire.constants import COMMON_HEADER_LEN, PacketType
+from wire.constants import (
+    ACK_DELAY_HZ,
+    ACK_DELAY_LINEAR,
+    ACK_DELAY_MAX,
+    COMMON_HEADER_LEN,
+    PacketType,
+)
 
 #: version, type, flags, header words, dst conn id, key epoch, counter hi16, counter lo32
 COMMON: Final = struct.Struct("!BBBBIHHI")
@@ -211,6 +217,30 @@ HEADER_WORDS: Final[dict[PacketType, int]] = {
 
 for _t, _s in BODY_STRUCT.items():
     assert (COMMON_HEADER_LEN + _s.size) % 4 == 0, _t
+
+
+def ack_delay_code(seconds: float) -> int:
+    """The SACK ``ACK Delay`` byte for a hold of ``seconds`` (wire/SPEC.md,
+    "ACK delay"): whole 8 µs units below code 128 (1.024 ms), then 16 codes
+    per doubling, each rounded down (within 1/16), up to code 255
+    (253.95 ms); longer saturates. Host waits of a busy receiver run to
+    milliseconds (docs/congestion.md, "Host delay"); one byte of units
+    stopped at 2.04 ms."""
+    units = int(seconds * ACK_DELAY_HZ)
+    if units < ACK_DELAY_LINEAR:
+        return max(units, 0)
+    e = units.bit_length() - 8  # units in [128 << e, 256 << e)
+    code = ACK_DELAY_LINEAR + 16 * e + (units >> (e + 3)) - 16
+    return min(code, ACK_DELAY_MAX)
+
+
+def ack_delay_seconds(code: int) -> float:
+    """What an ``ACK Delay`` byte says, in seconds (``ack_delay_code``'s inverse,
+    the low end of the code's range)."""
+    if code < ACK_DELAY_LINEAR:
+        return code / ACK_DELAY_HZ
+    e, m = divmod(code - ACK_DELAY_LINEAR, 16)
+    return ((16 + m) << (e + 3)) / ACK_DELAY_HZ
 
 
 def pack_body(body: Body) -> bytes:
