@@ -51,6 +51,8 @@ class SprayPolicy(PathPolicy):
         if shares is None or shares.even or avoid is not None:
             return self.rotation.next_good(avoid)
         eligible = [s is PlaneState.UP for s in map(self.ev_set.plane_state, range(len(self._up)))]
+        if sum(eligible) < 2:  # one plane up: nothing to share
+            return self.rotation.next_good(avoid)
         while True:
             plane = shares.choose(eligible)
             if plane is None:
