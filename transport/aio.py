@@ -109,7 +109,7 @@ class EndpointIO:
                  on_event: EventHandler | None = None, pool: int = 16,
                  rcvbuf: int = 32 << 20, sndbuf: int = 8 << 20, batch: bool = True,
                  timerfd: bool = True, queue_wait: bool = False,
-                 rx_holdoff: float = RX_HOLDOFF, host_stamps: bool = True) -> None:
+                 rx_holdoff: float = RX_HOLDOFF, host_stamps: bool = False) -> None:
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint

@@ -96,8 +96,8 @@ def test_off_by_default() -> None:
                         host_stamps=False)
         io.open()
         try:
-            # neither the histogram nor the stamps (host_stamps, on by
-            # default, asks for the stamps without the histogram)
+            # neither the histogram nor the stamps (host_stamps asks for
+            # the stamps without the histogram)
             assert not io.planes[0].rx_timestamps
             return io.stats()["queue_wait"]
         finally:
