@@ -148,3 +148,47 @@ def test_daemon_key_queue_wait_reaches_stats(tmp_path: Path) -> None:
     cfg.write_text(a.config.read_text().replace("queue_wait = true", 'queue_wait = "yes"'))
     r = braid_cli("daemon", "--config", str(cfg))
     assert r.returncode == 2 and "key 'queue_wait': expected true or false" in r.stderr, r.stderr
+
+
+def test_host_stamps_tell_the_core_how_long_a_read_waited() -> None:
+    """``host_stamps``: a datagram that sat in the socket while the loop was
+    blocked reaches the core with that wait as its lag (``RxInfo.lag``,
+    which the receiver counts in its SACK's hold and the sender takes out of
+    its RTT sample); without the key every lag is 0."""
+    from transport.datagram import RxInfo, TxPath
+
+    class Lags:
+        def __init__(self) -> None:
+            self.lags: list[float] = []
+
+        def on_tx(self, now: float, data: bytes, path: TxPath) -> None:
+            pass
+
+        def on_rx(self, now: float, data: bytes, rx: RxInfo) -> None:
+            self.lags.append(rx.lag)
+
+    async def main(stamps: bool) -> list[float]:
+        port = _free_port()
+        ep = Endpoint(config=ConnectionConfig(planes=1), secret=None)
+        io = EndpointIO(ep, [PlaneAddr("127.0.0.1", port)], PeerTable(1, [port]),
+                        host_stamps=stamps)
+        tap = io.tap = Lags()
+        io.open()
+        try:
+            assert io.planes[0].rx_timestamps == stamps and io.queue_wait is None
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                for _ in range(40 if stamps else 3):  # bounded: the kernel's stamping starts late
+                    tap.lags.clear()
+                    s.sendto(b"\x01junk", ("127.0.0.1", port))
+                    time.sleep(0.05)  # the loop is blocked: it waits in the queue
+                    await asyncio.sleep(0.02)  # now it is read
+                    if tap.lags and tap.lags[0] >= 0.045:
+                        break
+            return list(tap.lags)
+        finally:
+            io.close()
+
+    lags = asyncio.run(main(True))
+    assert lags and 0.045 <= lags[0] < 5.0, lags
+    off = asyncio.run(main(False))
+    assert off == [0.0], off
