@@ -33,6 +33,7 @@ class NsccDeviations:
 
     # Owned by the core (congestion/nscc.py).
     _cwnd: float
+    max_window: float
     _last_md: float
     _last_signal: float
     _hold_until: float
@@ -348,6 +349,7 @@ class NsccDeviations:
         if floor != self._floor:
             self._floor = floor
             self._set_base(self.base_rtt)
+            self._cwnd = min(self._cwnd, self.max_window)
 
     # -- 12. a window that covers the measured host delay -----------------------------
 
@@ -378,5 +380,7 @@ class NsccDeviations:
         if abs(host - self._host) > 0.1 * max(self._host, 1e-6) or host == 0.0:
             self._host = host
             self._set_base(self.base_rtt)
+            # A smaller cap binds at once (the window never exceeds maxwnd).
+            self._cwnd = min(self._cwnd, self.max_window)
         else:
             self._host = host

@@ -312,6 +312,12 @@ def test_host_delay_window() -> None:
     assert on.stats()["host_delay"] == pytest.approx(1e-3)
     assert on.max_window == pytest.approx(10_000 + RATE * (1e-3 + 0.5e-3))
     assert off.stats()["host_delay"] == 0.0 and off.max_window == 15_000
+    assert on.cwnd == on.max_window  # grown to the cap
+    # The cap falls with the host delay and binds the window at once, also
+    # when the ACK that lowered it decides nothing else (a hold, no sample).
+    for k in range(1, 5):
+        on._host_on_ack(t + k * 0.01, 0.0)
+    assert on.max_window < 25_000 and on.cwnd <= on.max_window
     # A host that cannot keep up (a second of delay) is no pipe to fill:
     # at most QuickAdapt's trigger (4 x target) is covered.
     big = make(host_delay_window=True, probe_gain=0.0)
@@ -319,11 +325,13 @@ def test_host_delay_window() -> None:
         ack(big, k * 0.25e-3, BASE, host=1.0)
     assert big.stats()["host_delay"] == pytest.approx(big.qa_delay)
     # The host delay gone, the window's cover shrinks back, an RTT at a time.
-    while t < 0.06:
+    t += 0.05
+    while t < 0.12:
         ack(on, t, BASE, host=0.0)
         t += 0.25e-3
     assert on.stats()["host_delay"] < 0.05e-3
     assert on.max_window < 15_000 + RATE * 0.05e-3
+    assert on.cwnd <= on.max_window  # a shrinking cap binds at once
 
 
 def test_quick_adapt_floor() -> None:
