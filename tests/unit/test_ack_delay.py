@@ -10,7 +10,8 @@ from dataclasses import replace
 from test_endpoint import CFG, SECRET, Wire
 from test_sender import _Ev, send
 
-from transport.connection import PEER_ACK_DELAY
+from transport.config import ConnectionConfig
+from transport.connection import PEER_ACK_DELAY, Connection
 from transport.datagram import RxInfo
 from transport.endpoint import Endpoint
 from transport.receiver import Receiver
@@ -125,17 +126,24 @@ def test_a_made_up_ack_delay_cannot_shrink_the_rtt_below_its_minimum() -> None:
     assert s.ack_delay <= ack_delay_seconds(ACK_DELAY_MAX) + 1e-9  # bounded by the field
 
 
-def test_the_packet_that_fills_the_window_asks_for_an_ack_once_the_peer_holds_sacks() -> None:
-    # A receiver coalescing SACKs for up to its ACK delay must not hold the
-    # ACK clock of a window-bound sender: once the peer's SACKs report holds
-    # longer than the sender allows for, the last packet that fits asks.
-    cfg = replace(CFG, planes=1, ack_every=64, ack_delay=1e-3)
+def _idle_pair(cfg: ConnectionConfig) -> tuple[Endpoint, Endpoint, Wire, Connection]:
+    """Endpoints a and b on a virtual wire, a's connection to b established
+    and nothing in flight."""
     a = Endpoint(config=cfg, secret=SECRET, rng=random.Random(1))
     b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(2))
     w = Wire(a, b)
     conn = a.connect("b", 0.0)
     w.run(lambda: conn.is_established and bool(b.connections))
     w.run(lambda: not conn.sender.bytes_in_flight, steps=1000)
+    return a, b, w, conn
+
+
+def test_the_packet_that_fills_the_window_asks_for_an_ack_once_the_peer_holds_sacks() -> None:
+    # A receiver coalescing SACKs for up to its ACK delay must not hold the
+    # ACK clock of a window-bound sender: once the peer's SACKs report holds
+    # longer than the sender allows for, the last packet that fits asks.
+    cfg = replace(CFG, planes=1, ack_every=64, ack_delay=1e-3)
+    a, b, w, conn = _idle_pair(cfg)
     assert conn.sender.ack_delay == PEER_ACK_DELAY  # nothing held so far
     conn.send_message(os.urandom(1 << 20))
     now = w.now + 10e-6
@@ -190,12 +198,7 @@ def test_a_datagram_that_waited_in_the_host_is_held_from_its_arrival() -> None:
     # waited 400 us in b's socket is acknowledged with 400 us of ACK Delay,
     # and a's controller learns the host delay its window must cover.
     cfg = replace(CFG, planes=1, ack_every=1)
-    a = Endpoint(config=cfg, secret=SECRET, rng=random.Random(1))
-    b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(2))
-    w = Wire(a, b)
-    conn = a.connect("b", 0.0)
-    w.run(lambda: conn.is_established and bool(b.connections))
-    w.run(lambda: not conn.sender.bytes_in_flight, steps=1000)
+    a, b, w, conn = _idle_pair(cfg)
     assert conn.cc.stats()["host_delay"] == 0.0
     conn.send_message(os.urandom(4000))
     now = w.now + 10e-6
