@@ -181,7 +181,10 @@ def test_host_stamps_tell_the_core_how_long_a_read_waited() -> None:
                     tap.lags.clear()
                     s.sendto(b"\x01junk", ("127.0.0.1", port))
                     time.sleep(0.05)  # the loop is blocked: it waits in the queue
-                    await asyncio.sleep(0.02)  # now it is read
+                    for _ in range(200):  # now it is read (bounded: 2 s, a busy machine)
+                        await asyncio.sleep(0.01)
+                        if tap.lags:
+                            break
                     if tap.lags and tap.lags[0] >= 0.045:
                         break
             return list(tap.lags)
