@@ -7,7 +7,8 @@ table, SACKs, RTT samples), ``tlp_rto`` (tail-loss probe, RTO); this module
 builds it.
 
 Loss rules (never a fixed duplicate-ACK count, which collapses under
-spraying — aioquic #42, quinn #2711):
+spraying: QUIC stacks that keep RFC 9002's fixed packet threshold, aioquic
+and quinn among them, declare reordered packets lost and resend them):
 - per-EV order: a packet is lost if a packet sent *later on the same EV* was
   acknowledged (one EV is one FIFO path);
 - time (RACK-like): a packet is lost if something sent after it was

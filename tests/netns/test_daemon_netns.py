@@ -111,9 +111,9 @@ def test_send_1gib_over_two_planes_between_namespaces(two_hosts: dict[str, objec
     assert recv.returncode == 0, err
     got = json.loads(out.strip().splitlines()[-1])
     assert got["verified"] and got["bytes"] == sent["bytes"], got
-    # Equal planes carry equal shares, also on a loaded host (issue 33): the
-    # veths are unshaped, so the sender is CPU-bound and host jitter, not the
-    # planes, sets each plane's delay and silence readings; the plane-share
+    # Equal planes carry equal shares, also on a loaded host: the veths are
+    # unshaped, so the sender is CPU-bound and host jitter, not the planes,
+    # sets each plane's delay and silence readings; the plane-share
     # and parking rules must not read that as a plane's fault (a park
     # restarts every plane's delay baseline: transport/paths/plane_share.py).
     if not all(v >= 0.35 for v in sent["plane_share"].values()):

@@ -1,10 +1,12 @@
 """The docs are a reference, not a lab notebook: the results pages stay short,
-no line reads like a diary or points at a tracker, every decision record has
-the same four parts, and every relative link lands on a file in the repo."""
+no line (of the docs, or of any tracked code or text) reads like a diary or
+points at a tracker, every decision record has the same four parts, and every
+relative link lands on a file in the repo."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,9 +27,14 @@ FORBIDDEN = {
     "a dated session": re.compile(r"\b[Ss]ession \d"),
     "a sitting": re.compile(r"\b[Ss]itting"),
     "a tracker issue number": re.compile(r"\b[Ii]ssues? \d+"),
-    "a tracker #number": re.compile(r"(?<![\w&/])#\d+\b"),
+    "a tracker #number": re.compile(r"(?<![\w&/\"'])#\d+\b"),
     "a file that is not in the repo": re.compile(r"PROTOCOL-NOTES"),
 }
+
+#: tracked files where the words are data, not wording: the patterns and
+#: their examples here, and a test that asserts a report lacks them.
+WORDING_EXEMPT = frozenset({"tests/unit/test_docs_reference.py",
+                            "tests/unit/test_claims_report.py"})
 
 #: the headings every decision record has, in this order; each entry lists the
 #: names accepted for it.
@@ -40,6 +47,20 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 
 def _markdown_files() -> list[Path]:
     return sorted([*DOCS.rglob("*.md"), ROOT / "README.md"])
+
+
+def _tracked_text_files() -> list[Path]:
+    """Every git-tracked ``*.py`` and ``*.md`` outside results/ (raw bench
+    output) and :data:`WORDING_EXEMPT`."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", "*.py", "*.md"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    names = [n for n in out.split("\0") if n]
+    return [ROOT / n for n in sorted(names)
+            if not n.startswith("results/") and n not in WORDING_EXEMPT
+            and (ROOT / n).is_file()]
 
 
 def _prose_lines(path: Path) -> list[tuple[int, str]]:
@@ -65,6 +86,17 @@ def test_no_diary_or_tracker_wording_in_the_docs() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_no_diary_or_tracker_wording_in_tracked_code_or_text() -> None:
+    """Comments, docstrings and test names read like the docs: the whole
+    text of every tracked Python and Markdown file is scanned."""
+    files = _tracked_text_files()
+    assert any(p.suffix == ".py" for p in files) and any(p.suffix == ".md" for p in files)
+    bad = [f"{p.relative_to(ROOT)}:{n}: {what}: {line.strip()[:80]}"
+           for p in files for n, line in _prose_lines(p)
+           for what, rx in FORBIDDEN.items() if rx.search(line)]
+    assert not bad, "\n".join(bad)
+
+
 def test_the_forbidden_patterns_catch_what_they_are_for() -> None:
     hits = {what: [s for s in ("Session 17 (2026-12-03)", "in the thirty-sixth sitting",
                                "as issue 13 asks", "aioquic #42", "PROTOCOL-NOTES says")
@@ -72,7 +104,8 @@ def test_the_forbidden_patterns_catch_what_they_are_for() -> None:
             for what, rx in FORBIDDEN.items()}
     assert all(len(v) == 1 for v in hits.values()), hits
     for fine in ("an encrypted session (handshake)", "85 receiver sessions",
-                 "[claims](claims.md#results)", "colour &#8212;", "plane 2 of 4"):
+                 "[claims](claims.md#results)", "colour &#8212;", "plane 2 of 4",
+                 "start_new_session=True", 'color="#888888"', "new_session(3)"):
         assert not any(rx.search(fine) for rx in FORBIDDEN.values()), fine
 
 

@@ -279,8 +279,8 @@ def test_control_bypasses_data_queue() -> None:
         if trim_threshold is None:
             assert order[:2] == [0, ctrl]  # right after the packet being serialised
         else:
-            # #1..#5 fill the 1000-byte data queue; #6..#48 are trimmed and, like
-            # the SACK, overtake the queued full packets in the priority queue.
+            # packets 1..5 fill the 1000-byte data queue; 6..48 are trimmed and,
+            # like the SACK, overtake the queued full packets in the priority queue.
             assert order == [0, *range(6, 49), ctrl, 1, 2, 3, 4, 5]
 
 
@@ -290,7 +290,7 @@ def test_ecn_marks_above_threshold() -> None:
     sim, fabric = pair(fs, Blaster(2, 20), sink)
     sim.run()
     marks = {a[1]: a[3].ce for a in sink.arrivals}
-    # #0 in service, #1..#3 see <= 2000 queued, #4 sees 3000 (not above), #5.. see more
+    # packet 0 in service, 1..3 see <= 2000 queued, 4 sees 3000 (not above), 5.. see more
     assert [s for s, ce in sorted(marks.items()) if ce] == list(range(5, 20))
     assert fabric.link("uplink", "a", 0).marked == 15
 
