@@ -46,9 +46,10 @@ class SentPacket:
     #: Times declared lost by the loss rules (not counting tail-loss probes).
     losses: int = 0
     #: Its latest resend went out as two copies on two EVs with one
-    #: timestamp (``TWIN_AFTER_LOSSES``; the connection sets it): only a SACK
-    #: it triggered says which EV carried the copy that arrived (its echo
-    #: EV); an ack by the cumulative PSN or the bitmap does not.
+    #: timestamp (``TWIN_AFTER_LOSSES``; ``InflightTable.on_verdicts`` sets
+    #: it): only a SACK it triggered says which EV carried the copy that
+    #: arrived (its echo EV); an ack by the cumulative PSN or the bitmap does
+    #: not.
     twin: bool = False
     #: The second copy's EV and its key (``ev`` / ``ev_key`` are the first's).
     twin_ev: Ev | None = None

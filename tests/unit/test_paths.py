@@ -1,4 +1,5 @@
-"""Unit tests of transport/paths.py: EV set, EV/plane health, probing, policies."""
+"""Unit tests of the transport/paths/ package: EV set, EV/plane health,
+probing, policies."""
 
 from __future__ import annotations
 

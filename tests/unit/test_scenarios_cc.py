@@ -111,7 +111,7 @@ def test_incast_bursts_of_the_claims_row(jitter: float, p100_limit: float) -> No
     # synchronised bursts into one host over two trimming 100 Mbit/s planes,
     # daemon connection config. ``jitter`` is a busy host's event loop (every
     # host's sends late by 0-3 ms): the real row's 1.2 x ideal. A spray run
-    # ends with its burst (transport/paths.py): a run of 8 carried over
+    # ends with its burst (transport/paths/policy.py): a run of 8 carried over
     # several ACKs would pin a small window to one plane, one last hop idling
     # while the other trims.
     r = C.scenario_incast_bursts(bursts=6, jitter=jitter)

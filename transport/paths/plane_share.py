@@ -30,7 +30,7 @@ parked or comes back, every plane's delay figures start again and the
 returning plane has an even share (``reset``).
 
 The samples are the sender's per-plane SACK echoes, the same ones the path
-model (``model.py``) smooths into each plane's RTT; what is kept here is a
+model (``rtt.py``) smooths into each plane's RTT; what is kept here is a
 different fact, each plane's *queueing delay*: RTT less the plane's
 minimum since any plane last went down or came up (``base``, forgotten
 then: a plane back from a fault may come back on another route, and the
