@@ -41,6 +41,8 @@ from typing import Any
 HELP = "goodput of Braid vs kernel TCP vs aioquic between two namespaces"
 STACKS = ("braid", "braid-jumbo", "braid-idle", "tcp", "quic")
 NAME = "goodput"
+#: ``--profile`` profiles a separate run; the table is still the unprofiled one's.
+SAME_MEASUREMENT = ("profile",)
 PORT = 4790
 
 

@@ -68,6 +68,9 @@ from typing import Any
 
 HELP = "CPU per byte at paced fabric rates: Braid (daemons, baseline tree) vs kernel TCP"
 NAME = "paced"
+#: ``--rounds`` repeats the same runs (medians), ``--baseline-tree`` adds the
+#: baseline stack beside them: the docs' run may use both.
+SAME_MEASUREMENT = ("rounds", "baseline_tree")
 STACKS = ("braid", "baseline", "inproc", "tcp", "mptcp")
 IPPROTO_MPTCP = 262
 FABRICS = ("shaped", "veth")

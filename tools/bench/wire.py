@@ -57,6 +57,8 @@ from wire.packets import COMMON, DATA_BODY
 
 HELP = "seal/open rate of DATA packets, Python and C codecs, vs bare AES-GCM"
 NAME = "wire"
+#: ``--batches`` only sets how many timed batches the median is taken over.
+SAME_MEASUREMENT = ("batches",)
 TARGET_RATIO = 1.5
 RUN = 32
 
