@@ -237,8 +237,8 @@ class ConnDispatch(ConnLifecycle):
                              sampled=res.sampled, rtt=res.rtt)
         spurious = 0
         for p in res.late:
-            # A spurious loss (loss_policy.LossKind.SPURIOUS): taken back
-            # from whatever its verdict charged.
+            # A spurious loss (declared lost, acknowledged after all): taken
+            # back from whatever its verdict charged (transport/loss_policy.py).
             lost_plane, lost_ev, cc_lost = self.sender.take_back_loss(p)
             if lost_plane >= 0:
                 self.paths.ev_set.on_late_plane(lost_plane)

@@ -32,10 +32,15 @@ as trims, ECN and delay, so:
   the controller hears an RTO's losses whatever the queue, and each condemns
   its EV; the sweep's were heard as the RTO itself, and judge their EVs as
   inferred losses do.
-- ``SPURIOUS``: declared lost and acknowledged after all (the first copy was
-  only late). Not a verdict at declaration time: ``Connection`` takes such
-  losses back from the plane shares, the EV (``EvSet.on_late``) and the
-  controller (``cc.on_spurious_loss``) when the late acknowledgement comes.
+
+A loss acknowledged after all (the first copy was only late: a spurious
+loss) is not a class here: at declaration time nothing tells it apart, and
+its verdict stands until the late acknowledgement comes. Then the sender
+finds it (``InflightTable``, ``AckResult.late``) and the connection's SACK
+handling (``conn_dispatch``) takes it back through
+``InflightTable.take_back_loss`` from whatever its verdict charged: the
+plane shares (``EvSet.on_late_plane``), the EV (``EvSet.on_late``) and the
+controller (``cc.on_spurious_loss``).
 
 Apart from its kind, a loss the controller hears may be a tail-drop
 buffer overflowing (``LossVerdict.overflow``): a loss with more queue
@@ -74,8 +79,8 @@ LOSS_THRESHOLD = 12
 #: A packet declared lost this many times (its resend was lost too), with no
 #: queueing behind the loss, is resent as two copies on two EVs: on a path
 #: that loses at random, the worst packet of a run is otherwise lost again
-#: and again, a loss-detection delay each time, and holds its message (issue
-#: 13's compound row: 30% loss, one packet sent 9 times over 46 ms). Two
+#: and again, a loss-detection delay each time, and holds its message (the
+#: claims' compound row: 30% loss, one packet sent 9 times over 46 ms). Two
 #: copies make a further loss the square of the path's loss rate; they cost
 #: (loss rate)^2 of the traffic. Not for congestive losses (a queue behind
 #: them): copies there only feed the queue (an incast with 34% tail drops
@@ -91,7 +96,6 @@ class LossKind(enum.Enum):
     PATH_FAILURE = "path_failure"
     HOST_NOISE = "host_noise"
     TIMEOUT = "timeout"
-    SPURIOUS = "spurious"
 
 
 class LossCause(enum.Enum):
