@@ -30,6 +30,9 @@ FORBIDDEN = {
     "a tracker #number": re.compile(r"(?<![\w&/\"'])#\d+\b"),
     "a file that is not in the repo": re.compile(r"PROTOCOL-NOTES"),
 }
+#: a tracker number or a dated heading broken over two lines (of prose or of
+#: a comment), which the line patterns above cannot see.
+BROKEN = re.compile(r"\b(?:[Ii]ssues?|[Ss]ession)[ \t]*\n\s*(?:#:?|//|\*)?\s*#?\d")
 
 #: tracked files where the words are data, not wording: the patterns and
 #: their examples here, and a test that asserts a report lacks them.
@@ -79,10 +82,21 @@ def test_each_results_page_is_short(name: str) -> None:
     assert lines <= MAX_LINES, f"docs/{name} has {lines} lines (at most {MAX_LINES})"
 
 
-def test_no_diary_or_tracker_wording_in_the_docs() -> None:
+def _wording(files: list[Path]) -> list[str]:
+    """Every forbidden line of ``files``, and every tracker number or dated
+    heading broken over two lines."""
     bad = [f"{p.relative_to(ROOT)}:{n}: {what}: {line.strip()[:80]}"
-           for p in _markdown_files() for n, line in _prose_lines(p)
+           for p in files for n, line in _prose_lines(p)
            for what, rx in FORBIDDEN.items() if rx.search(line)]
+    for p in files:
+        text = p.read_text()
+        bad += [f"{p.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: "
+                f"broken over two lines: {m.group(0)!r}" for m in BROKEN.finditer(text)]
+    return bad
+
+
+def test_no_diary_or_tracker_wording_in_the_docs() -> None:
+    bad = _wording(_markdown_files())
     assert not bad, "\n".join(bad)
 
 
@@ -91,9 +105,7 @@ def test_no_diary_or_tracker_wording_in_tracked_code_or_text() -> None:
     text of every tracked Python and Markdown file is scanned."""
     files = _tracked_text_files()
     assert any(p.suffix == ".py" for p in files) and any(p.suffix == ".md" for p in files)
-    bad = [f"{p.relative_to(ROOT)}:{n}: {what}: {line.strip()[:80]}"
-           for p in files for n, line in _prose_lines(p)
-           for what, rx in FORBIDDEN.items() if rx.search(line)]
+    bad = _wording(files)
     assert not bad, "\n".join(bad)
 
 
@@ -107,6 +119,11 @@ def test_the_forbidden_patterns_catch_what_they_are_for() -> None:
                  "[claims](claims.md#results)", "colour &#8212;", "plane 2 of 4",
                  "start_new_session=True", 'color="#888888"', "new_session(3)"):
         assert not any(rx.search(fine) for rx in FORBIDDEN.values()), fine
+    for broken in ("as issue\n13 asks", "(issue\n#: 13's row)", "in Session\n  # 4 we"):
+        assert BROKEN.search(broken), broken
+    for fine in ("an encrypted session\n\n## 3. Frames", "the issue\n#: of 3 planes",
+                 "start_new_session=True)\n    n = 2"):
+        assert not BROKEN.search(fine), fine
 
 
 def test_there_are_decision_records_and_an_index() -> None:
