@@ -16,6 +16,10 @@ equilibrium every plane's queue drains in the same time: each carries in
 proportion to its capacity, and the connection's window controller (NSCC)
 sees one consistent delay. The weights are pulled back towards even, and
 snap back to exactly even near it: equal planes are sprayed as before.
+The weight is an integral (the delays averaged over a horizon move it) times
+a proportional part (the present delays scale it, ``PGAIN``): the integral
+holds an unequal split for unequal planes, the proportional part stops an
+overshoot before the lagging average sees it.
 Weights move at a rate per unit of time (``HORIZON``), not per update: the
 smoothed delays lag by about a horizon, and a fixed move at every update
 (one slowest RTT) overshot in proportion to how many updates a horizon held.
@@ -56,6 +60,19 @@ DELAY_EWMA = PLANE_GAIN
 GAIN = 0.35
 STEP = 4.0
 PULL = 0.1
+#: The proportional part (``_present``): each plane's weight is also scaled
+#: by (mean + margin) / (its present queueing delay + margin) ** ``PGAIN``,
+#: at most ``PSTEP`` either way, while the averages show room and the
+#: present delay is on the same side of the mean as the average. Two equal
+#: tail-drop links are a near-integrating plant: a 0.8 / 1.0 split puts the
+#: whole queue on one link and idles the other at 0.8, and the averaged
+#: integral alone, lagging by a horizon, swapped the larger share every
+#: ~150 ms (each link at 0.7-1.0 by turns on the tail-drop testbed). 0.25:
+#: 1.0 also settled them but doubled the hot-spine scenario's median step
+#: during the fault (the plane's delay samples are bimodal there: a quarter
+#: of its EVs cross the hot spine).
+PGAIN = 0.25
+PSTEP = 2.0
 #: The smallest share a live plane keeps (its feedback must keep flowing).
 FLOOR = 1 / 16
 #: Weights within this of even are even (exactly the plain spray).
@@ -261,8 +278,9 @@ class PlaneShares:
         # even delay weight (``reset``), and its cap moves with its outcomes
         # (with a single timed plane left, the caps alone move).
         w, cap, dw = self.weight, self.cap, self.dw
+        pf = self._present(live) if len(live) > 1 else None
         for p in range(len(w)):
-            w[p] = min(dw[p], cap[p])
+            w[p] = min(dw[p] * (pf[p] if pf is not None else 1.0), cap[p])
         top = max(w[p] for p in live)
         for p in range(len(w)):
             v = w[p] / top
@@ -299,6 +317,24 @@ class PlaneShares:
         top = max(dw[p] for p in live)
         for p in live:
             dw[p] /= top
+
+    def _present(self, live: list[int]) -> list[float]:
+        """A factor per plane from its present queueing delay against the
+        planes' mean: the proportional part of the share, beside the delay
+        weights' integral."""
+        q, lt = self.qdelay, self.lt
+        mean = sum(max(q[p], 0.0) for p in live) / len(live)
+        m = max(self.margin, min(self.base[p] for p in live))
+        out = [1.0] * len(q)
+        lmean = sum(lt[p] for p in live) / len(live)
+        if not min(lt[p] for p in live) + m < ROOM * (max(lt[p] for p in live) + m):
+            return out
+        for p in live:
+            if (q[p] > mean) != (lt[p] > lmean):
+                continue
+            r = (mean + m) / (max(q[p], 0.0) + m)
+            out[p] = min(max(r ** PGAIN, 1 / PSTEP), PSTEP)
+        return out
 
     def _loss_caps(self) -> None:
         """Average each plane's loss fraction; cap the weight of a plane that
