@@ -2,8 +2,11 @@
 
 The EV set (``transport/paths/``) owns EV states; this module feeds it the
 evidence (per ACK, per trim, per probe, and per loss as the loss policy
-classified it), keeps each EV's loss score, runs the probes, picks EVs for
-retransmissions and control packets, and turns state changes into events.
+classified it), keeps each EV's loss score, runs the probes, gives the
+policy the evidence of life a retransmission's EV is re-picked by
+(``_life``), and turns state changes into events. The EVs themselves are
+picked by the policy (``transport/paths/policy.py``: ``choose_ev``,
+``choose_run``, ``control_ev``).
 Kept apart from the connection so the connection only wires halves together.
 """
 
@@ -13,7 +16,6 @@ import math
 from collections.abc import Iterable, Sequence
 
 from transport.datagram import TxPath
-from transport.ev_state import EvState
 from transport.events import EvStateChanged
 from transport.loss_policy import LOSS_PENALTY, LossVerdict
 from transport.paths import Ev, PathPolicy
@@ -43,10 +45,8 @@ class PathHealth:
         #: probe): the path model's, which the EV set writes as it hears.
         self.model = es.model
         self.model.heard[:planes] = [now] * planes
-        self._ctl_rr = 0
         self._probes: dict[int, tuple[Ev, float]] = {}
         self._next_probe_id = 1
-        self._resort_cursor = 0
         self.probes_sent = 0
         self.stale_probe_acks = 0
 
@@ -185,76 +185,27 @@ class PathHealth:
         ``plane`` must be a plane this host received on or chose itself, never
         a number read from a packet; anything outside 0..planes-1 is folded
         back into range so no caller can name a plane that does not exist.
-        ``spray_run`` in a row share one EV, so a burst of SACKs is one GSO send."""
+        The policy picks the EV (``PathPolicy.control_ev``)."""
         plane %= self.planes
-        evs = self.paths.ev_set.plane_evs(plane)
-        self._ctl_rr += 1
-        n = len(evs)
-        i = (self._ctl_rr // self.paths.spray_run) % n
-        # GOOD first: not through a spine our own data found hot (SKIP) or
-        # dead (ASSUMED_BAD); then anything not dead; then anything.
-        for k in range(n):
-            ev = evs[(i + k) % n]
-            if ev.state is EvState.GOOD:
-                return TxPath(plane, ev.value, Dscp.CONTROL)
-        for k in range(n):
-            ev = evs[(i + k) % n]
-            if ev.state is not EvState.ASSUMED_BAD and ev.state is not EvState.DENIED:
-                return TxPath(plane, ev.value, Dscp.CONTROL)
-        return TxPath(plane, evs[i].value, Dscp.CONTROL)
+        return TxPath(plane, self.paths.control_ev(plane).value, Dscp.CONTROL)
 
     def pick_run(self, now: float, limit: int) -> tuple[Ev | None, int]:
         """``pick`` for new data, for up to ``limit`` packets at once: the EV
         and how many packets take it (the rest of the policy's spray run,
-        or one on the last resort). Unsent ones go back with ``unsend_run``."""
-        ev, k = self.paths.next_run(now, limit)
-        if ev is None:
-            return self._last_resort(now), 1
-        return ev, k
+        or one on the last resort: ``PathPolicy.choose_run``). Unsent ones go
+        back with ``unsend_run``."""
+        return self.paths.choose_run(now, limit)
 
     def unsend_run(self, ev: Ev, n: int) -> None:
         self.paths.unsend_run(ev, n)
 
     def pick(self, now: float, avoid: Ev | None, srtt: float) -> Ev | None:
-        """The EV for the next packet. A retransmission (``avoid`` is the EV
-        it last took) goes to a plane with the best evidence of life there is
-        (``_life``: recent and timely answers, else timely ones): moved off a
-        suspect plane at random, it would often land on another dead one
-        (three of four, after a compound fault)."""
-        ev = self.paths.next_ev(now, avoid)
-        if ev is None:
-            return self._last_resort(now)
+        """The EV for the next packet (``PathPolicy.choose_ev``); a
+        retransmission (``avoid`` is the EV it last took) is re-picked by the
+        evidence of life of each plane here (``_life``)."""
         if avoid is None:
-            return ev
-        life = self._life(ev.plane, now, srtt)
-        best = max((self._life(p, now, srtt) for p in range(self.planes)
-                    if self.paths.ev_set.plane_state(p).value == "up"), default=0)
-        if life >= best:
-            return ev
-        for _ in range(4 * self.planes):
-            alt = self.paths.next_ev(now, avoid)
-            if alt is None:
-                break
-            if self._life(alt.plane, now, srtt) >= best:
-                return alt
-        return ev
-
-    def _last_resort(self, now: float) -> Ev | None:
-        """No GOOD EV anywhere, but a plane is still up (the last live plane is
-        never parked without a failed probe, yet its EVs can each have gone
-        ASSUMED_BAD on a gray path): keep sending on them, in turn, rather
-        than stall until probes bring them back one by one."""
-        evs = self.paths.ev_set.evs
-        n = len(evs)
-        for k in range(n):
-            ev = evs[(self._resort_cursor + k) % n]
-            if ev.state.value == "assumed_bad" and \
-                    self.paths.ev_set.plane_state(ev.plane).value == "up":
-                self._resort_cursor = (ev.index + 1) % n
-                ev.sent += 1
-                ev.last_sent = now
-                return ev
-        return None
+            return self.paths.choose_ev(now)
+        return self.paths.choose_ev(now, avoid, lambda plane: self._life(plane, now, srtt))
 
     # -- probes ------------------------------------------------------------------
 

@@ -1,7 +1,10 @@
 """The path policy interface and the registry of policies by name.
 
-A policy picks the EV of each packet (``next_ev``, ``next_run``); the
-feedback it takes is applied to its ``EvSet``.
+A policy picks the EV of each packet (``next_ev``, ``next_run``; with the
+last resort and a resend's re-pick by evidence of life, ``choose_ev`` and
+``choose_run``) and of each control packet (``control_ev``); the feedback
+it takes is applied to its ``EvSet``. Only a policy picks EVs, and only it
+counts the sends on them (``Ev.sent``, ``Ev.last_sent``; probes aside).
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ class PathPolicy(EvWatcher):
         #: A run's length cap for the burst at ``_part_at`` (``next_run``).
         self._part = spray_run
         self._part_at = -1.0
+        #: Where ``last_resort`` looks first: the EV after its last pick.
+        self._resort_cursor = 0
+        #: Control packets so far (``control_ev``): ``spray_run`` in a row share an EV.
+        self._ctl_rr = 0
 
     def _pick(self, now: float, avoid: Ev | None) -> Ev | None:
         raise NotImplementedError
@@ -132,6 +139,79 @@ class PathPolicy(EvWatcher):
         ev.sent += k
         ev.last_sent = now
         return ev, k
+
+    def choose_ev(self, now: float, avoid: Ev | None = None,
+                  life: Callable[[int], int] | None = None) -> Ev | None:
+        """``next_ev``, else the last resort. A retransmission (``avoid`` is
+        the EV it last took) goes to a plane with the best evidence of life
+        there is (``life(plane)``, from path health: recent and timely
+        answers, else timely ones): moved off a suspect plane at random, it
+        would often land on another dead one (three of four, after a
+        compound fault)."""
+        ev = self.next_ev(now, avoid)
+        if ev is None:
+            return self.last_resort(now)
+        if avoid is None or life is None:
+            return ev
+        ev_set = self.ev_set
+        planes = ev_set.planes
+        here = life(ev.plane)
+        best = max((life(p) for p in range(planes) if ev_set.plane_state(p).value == "up"),
+                   default=0)
+        if here >= best:
+            return ev
+        for _ in range(4 * planes):
+            alt = self.next_ev(now, avoid)
+            if alt is None:
+                break
+            if life(alt.plane) >= best:
+                return alt
+        return ev
+
+    def choose_run(self, now: float, limit: int) -> tuple[Ev | None, int]:
+        """``next_run``, else one packet on the last resort."""
+        ev, k = self.next_run(now, limit)
+        if ev is None:
+            return self.last_resort(now), 1
+        return ev, k
+
+    def last_resort(self, now: float) -> Ev | None:
+        """No GOOD EV anywhere, but a plane is still up (the last live plane is
+        never parked without a failed probe, yet its EVs can each have gone
+        ASSUMED_BAD on a gray path): keep sending on them, in turn, rather
+        than stall until probes bring them back one by one."""
+        evs = self.ev_set.evs
+        n = len(evs)
+        for k in range(n):
+            ev = evs[(self._resort_cursor + k) % n]
+            if ev.state.value == "assumed_bad" and \
+                    self.ev_set.plane_state(ev.plane).value == "up":
+                self._resort_cursor = (ev.index + 1) % n
+                ev.sent += 1
+                ev.last_sent = now
+                return ev
+        return None
+
+    def control_ev(self, plane: int) -> Ev:
+        """The EV of a control packet answering on ``plane`` (0..planes-1): a
+        GOOD one if there is one (ECMP hashes the source port the same way
+        for a SACK as for DATA: not into a spine our own data found hot,
+        SKIP, or dead, ASSUMED_BAD), else one not found dead, else any.
+        ``spray_run`` in a row share one EV, so a burst of SACKs is one GSO
+        send. Not counted as a send: a control packet carries no data."""
+        evs = self.ev_set.plane_evs(plane)
+        self._ctl_rr += 1
+        n = len(evs)
+        i = (self._ctl_rr // self.spray_run) % n
+        for k in range(n):
+            ev = evs[(i + k) % n]
+            if ev.state is GOOD:
+                return ev
+        for k in range(n):
+            ev = evs[(i + k) % n]
+            if ev.state is not EvState.ASSUMED_BAD and ev.state is not EvState.DENIED:
+                return ev
+        return evs[i]
 
     def _planes_up(self) -> int:
         ev_set = self.ev_set
