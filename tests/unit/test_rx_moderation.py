@@ -50,7 +50,10 @@ def test_a_busy_endpoint_polls_and_an_idle_one_watches_its_sockets_again() -> No
             assert ia._poll_at is None and ib._poll_at is None
             polls = ib.wakeups["poll"]
             await asyncio.sleep(0.05)
-            assert ib.wakeups["poll"] == polls  # no polling while idle
+            # No polling while idle: a poll every holdoff would be hundreds
+            # in 50 ms; a late datagram (a probe, its answer) may still start
+            # a short spell that ends when its poll finds nothing.
+            assert ib.wakeups["poll"] - polls <= 4, (polls, ib.wakeups)
             # A message after the quiet spell wakes the receiver by readiness.
             arrived.clear()
             readable = ib.wakeups["readable"]

@@ -73,6 +73,9 @@ PULL = 0.1
 #: of its EVs cross the hot spine).
 PGAIN = 0.25
 PSTEP = 2.0
+#: The present delay the proportional part reads: each plane's queueing
+#: delay averaged over this (seconds), short against the integral's horizon.
+PHORIZON = 0.01
 #: The smallest share a live plane keeps (its feedback must keep flowing).
 FLOOR = 1 / 16
 #: Weights within this of even are even (exactly the plain spray).
@@ -147,6 +150,7 @@ class PlaneShares:
         "lost",
         "lt",
         "margin",
+        "mt",
         "next_update",
         "qdelay",
         "samples",
@@ -173,6 +177,8 @@ class PlaneShares:
         self.last_update: float | None = None
         #: Each plane's queueing delay averaged over ``HORIZON``.
         self.lt = [0.0] * planes
+        #: Each plane's queueing delay averaged over ``PHORIZON``.
+        self.mt = [0.0] * planes
         self.updates = 0
         #: The planes the last ``choose`` could pick from (``charge`` bills them).
         self._eligible: list[bool] | None = None
@@ -253,6 +259,7 @@ class PlaneShares:
             self.base[p] = math.inf
             self.qdelay[p] = 0.0
             self.lt[p] = 0.0
+            self.mt[p] = 0.0
             self.dw[p] = 1.0
             self.credit[p] = 0.0
         self.last_update = None
@@ -278,7 +285,7 @@ class PlaneShares:
         # even delay weight (``reset``), and its cap moves with its outcomes
         # (with a single timed plane left, the caps alone move).
         w, cap, dw = self.weight, self.cap, self.dw
-        pf = self._present(live) if len(live) > 1 else None
+        pf = self._present(live, now - last) if len(live) > 1 else None
         for p in range(len(w)):
             w[p] = min(dw[p] * (pf[p] if pf is not None else 1.0), cap[p])
         top = max(w[p] for p in live)
@@ -318,11 +325,14 @@ class PlaneShares:
         for p in live:
             dw[p] /= top
 
-    def _present(self, live: list[int]) -> list[float]:
+    def _present(self, live: list[int], elapsed: float) -> list[float]:
         """A factor per plane from its present queueing delay against the
         planes' mean: the proportional part of the share, beside the delay
         weights' integral."""
-        q, lt = self.qdelay, self.lt
+        a = min(1.0, elapsed / PHORIZON)
+        q, lt = self.mt, self.lt
+        for p in live:
+            q[p] += a * (self.qdelay[p] - q[p])
         mean = sum(max(q[p], 0.0) for p in live) / len(live)
         m = max(self.margin, min(self.base[p] for p in live))
         out = [1.0] * len(q)

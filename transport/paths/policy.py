@@ -122,14 +122,10 @@ class PathPolicy(EvWatcher):
             # other's idled, burst after burst.
             # The part is fixed by the first run of an instant: later runs
             # see less room (runs of 6, 3, 2, 1 alternating planes are 8 and 4).
-            # Rounded down: rounded up, an ACK clock releasing 3 packets at a
-            # time gave the rotation's next plane 2 of them each time (tests/
-            # unit/test_send_runs.py), and over two equal tail-drop links the
-            # plane ahead held the whole queue while the other link idled.
             if now != self._part_at:
                 up = self._planes_up()
                 self._part_at = now
-                self._part = min(self.spray_run, max(1, limit // up)) if up > 1 else self.spray_run
+                self._part = min(self.spray_run, -(-limit // up)) if up > 1 else self.spray_run
             cap = self._part
             k = min(limit, cap)
             self._run_ev = ev
