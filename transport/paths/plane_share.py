@@ -278,14 +278,12 @@ class PlaneShares:
         if last is None or not live:
             return
         self.updates += 1
-        if len(live) > 1:
-            self._delay_weights(live, now - last)
+        pf = self._delay_weights(live, now - last) if len(live) > 1 else None
         self._loss_caps()
         # Every plane's weight: one not timed again since it came back has an
         # even delay weight (``reset``), and its cap moves with its outcomes
         # (with a single timed plane left, the caps alone move).
         w, cap, dw = self.weight, self.cap, self.dw
-        pf = self._present(live, now - last) if len(live) > 1 else None
         for p in range(len(w)):
             w[p] = min(dw[p] * (pf[p] if pf is not None else 1.0), cap[p])
         top = max(w[p] for p in live)
@@ -294,9 +292,10 @@ class PlaneShares:
             w[p] = 1.0 if v >= EVEN else max(v, FLOOR)
         self.even = all(x == 1.0 for x in w)
 
-    def _delay_weights(self, live: list[int], elapsed: float) -> None:
+    def _delay_weights(self, live: list[int], elapsed: float) -> list[float]:
         """Move the timed planes' delay weights (``dw``) towards equal
-        queueing delays, by their share of a ``HORIZON`` (``elapsed``)."""
+        queueing delays, by their share of a ``HORIZON`` (``elapsed``); the
+        proportional factors (``_present``) to multiply them by."""
         # Every move is per HORIZON, scaled by the time since the last
         # update: ``lt`` lags by about a horizon, and a move per update (one
         # slowest RTT, 4 ms on a software host) stacked a dozen moves on one
@@ -324,21 +323,23 @@ class PlaneShares:
         top = max(dw[p] for p in live)
         for p in live:
             dw[p] /= top
+        return self._present(live, elapsed, room, mean, m)
 
-    def _present(self, live: list[int], elapsed: float) -> list[float]:
+    def _present(self, live: list[int], elapsed: float, room: bool, lmean: float,
+                 m: float) -> list[float]:
         """A factor per plane from its present queueing delay against the
         planes' mean: the proportional part of the share, beside the delay
-        weights' integral."""
+        weights' integral; only with ``room`` (the averages' rule) and where
+        the present delay is on the side of the mean its average
+        (``lmean``: the mean of the averages) is on."""
         a = min(1.0, elapsed / PHORIZON)
         q, lt = self.mt, self.lt
         for p in live:
             q[p] += a * (self.qdelay[p] - q[p])
-        mean = sum(max(q[p], 0.0) for p in live) / len(live)
-        m = max(self.margin, min(self.base[p] for p in live))
         out = [1.0] * len(q)
-        lmean = sum(lt[p] for p in live) / len(live)
-        if not min(lt[p] for p in live) + m < ROOM * (max(lt[p] for p in live) + m):
+        if not room:
             return out
+        mean = sum(max(q[p], 0.0) for p in live) / len(live)
         for p in live:
             if (q[p] > mean) != (lt[p] > lmean):
                 continue
