@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import math
 import socket
 import struct
 import time
@@ -85,17 +86,28 @@ class Tap(Protocol):
 #: cheaper to move than a ``timerfd_settime`` per service pass (that cost 2-5%
 #: CPU per GB on loopback bulk, 2026-12-01).
 TIMERFD_BELOW = 2e-3
-#: Receive moderation (a NIC's ``rx-usecs``, Linux NAPI's poll mode), off by
-#: default: with ``rx_holdoff`` > 0, after a wakeup that moved datagrams the
-#: plane sockets are not watched; a timerfd ticking every ``rx_holdoff`` polls
-#: them (reads every plane first), and a poll that moves nothing watches them
-#: again (idle: each arrival wakes at once). It cut a paced two-plane
-#: stream's wakeups by a third but not its CPU per byte beyond this machine's
-#: noise, and adds up to ``rx_holdoff`` to every packet's host delay
-#: (docs/decisions/0022-sack-holes-wait-and-receive-moderation.md).
+#: Receive moderation (a NIC's ``rx-usecs``, Linux NAPI's poll mode): with
+#: ``rx_holdoff`` > 0, after a wakeup that moved datagrams the plane sockets
+#: are not watched; a timerfd ticking every poll interval polls them (reads
+#: every plane first), and a poll that moves nothing watches them again
+#: (idle: each arrival wakes at once). ``rx_holdoff`` bounds the interval,
+#: so it bounds what moderation adds to a packet's host delay. Off (0) for a
+#: bare ``EndpointIO``; the daemon and the in-process endpoint take
+#: ``RX_HOLDOFF_HOST`` (docs/decisions/0026-adaptive-receive-moderation.md).
 RX_HOLDOFF = 0.0
-#: What ``rx_holdoff_us`` is usually set to: a packet time or two at 100 Mbit/s.
+#: The host default: at most 1 ms. At 2 x 100 Mbit/s a poll every 1 ms
+#: carries ~16 datagrams and took the daemons' CPU per byte to 0.59x of
+#: polling on every arrival (``braid bench paced``, idle machine).
+RX_HOLDOFF_HOST = 1e-3
+#: What ``rx_holdoff_us`` was first tried at: a packet time or two at 100 Mbit/s.
 RX_HOLDOFF_TYPICAL = 200e-6
+#: Adaptive interval: each poll moves the interval toward the one that would
+#: have moved ``RX_POLL_TARGET`` datagrams (in and out), within
+#: [``RX_POLL_MIN``, ``rx_holdoff``]. 16 is two spray runs, a GSO batch's
+#: worth: a faster stream is polled more often (its polls stay short and its
+#: packets wait less), a slower one every ``rx_holdoff``. 0: a fixed interval.
+RX_POLL_TARGET = 16
+RX_POLL_MIN = 50e-6
 
 
 class EndpointIO:
@@ -109,7 +121,8 @@ class EndpointIO:
                  on_event: EventHandler | None = None, pool: int = 16,
                  rcvbuf: int = 32 << 20, sndbuf: int = 8 << 20, batch: bool = True,
                  timerfd: bool = True, queue_wait: bool = False,
-                 rx_holdoff: float = RX_HOLDOFF, host_stamps: bool = False) -> None:
+                 rx_holdoff: float = RX_HOLDOFF, rx_poll_target: int = RX_POLL_TARGET,
+                 host_stamps: bool = False) -> None:
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint
@@ -132,6 +145,10 @@ class EndpointIO:
         #: Receive moderation (``RX_HOLDOFF``; 0: off). While ``_poll_at`` is
         #: set the plane sockets are unwatched and the timer polls them then.
         self.rx_holdoff = max(0.0, rx_holdoff)
+        self.rx_poll_target = max(0, rx_poll_target)
+        #: The poll interval now (adaptive: ``RX_POLL_TARGET``); kept across
+        #: polling spells, so a stream that pauses resumes at its rate's.
+        self._poll_every = self.rx_holdoff
         self._poll_at: float | None = None
         self._periodic = False  # the timerfd ticks every rx_holdoff (polling)
         self._moved_mark = 0
@@ -250,14 +267,17 @@ class EndpointIO:
         # not after a timer wakeup (docs/daemon.md, "ACK at the end of a read").
         self.endpoint.flush_acks(time.monotonic())
         if self.rx_holdoff and not self.closed:
-            self._moderate()
+            self._moderate(polled=False)
         self.service()
 
-    def _moderate(self) -> None:
+    def _moderate(self, *, polled: bool) -> None:
         """Receive moderation (``RX_HOLDOFF``), decided before the service
         pass so its ``_arm`` knows: a busy wakeup (datagrams read or sent since
         the last decision) unwatches the plane sockets until the next poll; an
-        idle one watches them again."""
+        idle one watches them again. After a poll (``polled``) the interval
+        moves toward the one that would have moved ``rx_poll_target``
+        datagrams: by the square root of the ratio, one step per poll (a
+        ratio taken whole chases every burst)."""
         loop = self.loop
         total = self.rx_datagrams + self.tx_datagrams
         moved, self._moved_mark = total - self._moved_mark, total
@@ -265,7 +285,13 @@ class EndpointIO:
             if self._poll_at is None:
                 for ps in self.planes:
                     loop.remove_reader(ps.listen.fileno())
-            self._poll_at = time.monotonic() + self.rx_holdoff
+            elif polled and self.rx_poll_target:
+                every = self._poll_every * math.sqrt(self.rx_poll_target / moved)
+                every = min(self.rx_holdoff, max(min(RX_POLL_MIN, self.rx_holdoff), every))
+                if abs(every - self._poll_every) > 0.1 * self._poll_every:
+                    self._poll_every = every
+                    self._periodic = False  # _arm sets the timerfd's new period
+            self._poll_at = time.monotonic() + self._poll_every
         elif self._poll_at is not None:
             self._poll_at = None
             for ps in self.planes:
@@ -500,14 +526,14 @@ class EndpointIO:
         tfd = self._tfd
         if poll is not None and tfd is not None:
             # Polling: the sockets are unwatched, and the timerfd ticks every
-            # ``rx_holdoff`` (no re-arm per pass); every deadline of the
+            # poll interval (no re-arm per pass); every deadline of the
             # connections (the pacer's, mostly) waits for the next tick and is
             # met then, at most ``rx_holdoff`` late.
             if not self._periodic:
                 if self._timer is not None:
                     self._timer.cancel()
                     self._timer = None
-                tfd.set(poll, every=self.rx_holdoff)
+                tfd.set(poll, every=self._poll_every)
                 self._periodic = True
                 self._timer_at = None
             return
@@ -560,7 +586,7 @@ class EndpointIO:
             self.endpoint.flush_acks(now)
         self.endpoint.handle_timer(now)
         if polling and not self.closed:
-            self._moderate()  # what this poll read and the last pass sent
+            self._moderate(polled=True)  # what this poll read and the last pass sent
         self.service()
 
     # -- introspection ---------------------------------------------------------------------
@@ -573,6 +599,7 @@ class EndpointIO:
             "tx_bytes": self.tx_bytes,
             "gso_sends": self.gso_sends,
             "wakeups": dict(self.wakeups),
+            "poll_every_us": round(self._poll_every * 1e6, 1) if self.rx_holdoff else 0,
             "queue_wait": None if self.queue_wait is None else self.queue_wait.summary(),
             "tx_errors": dict(self.tx_errors),
             "tx_unreachable": list(self.tx_unreachable),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from transport.aio import RX_HOLDOFF
+from transport.aio import RX_HOLDOFF_HOST, RX_POLL_TARGET
 from transport.config import ConnectionConfig, profile_values
 from transport.udp import PlaneAddr, parse_addr, path_mtu, payload_for_mtu
 from wire.constants import UDP_PORT
@@ -74,8 +74,11 @@ class DaemonConfig:
     #: covered by the window instead (docs/congestion.md, "Host delay"; off:
     #: on the tail-drop testbed it cost ~2% of goodput and moved no bin).
     host_stamps: bool = False
-    #: Receive moderation, seconds (``transport.aio.RX_HOLDOFF``; 0: off).
-    rx_holdoff: float = RX_HOLDOFF
+    #: Receive moderation: the longest poll interval, seconds (0: off), and
+    #: the datagrams per poll the interval adapts to (0: fixed at
+    #: ``rx_holdoff``); ``transport.aio.RX_HOLDOFF_HOST``, ``RX_POLL_TARGET``.
+    rx_holdoff: float = RX_HOLDOFF_HOST
+    rx_poll_target: int = RX_POLL_TARGET
 
 
 def _want(src: str, key: str, value: object, kind: type | tuple[type, ...], what: str) -> Any:
@@ -123,7 +126,7 @@ def _addrs(src: str, key: str, value: object, port: int) -> list[PlaneAddr]:
 
 _TOP_KEYS = {"name", "port", "key", "socket", "planes", "peers", "connection", "pool", "rcvbuf",
              "sndbuf", "drain_timeout", "send_window", "recv_buffer", "insecure", "keylog",
-             "queue_wait", "host_stamps", "rx_holdoff_us"}
+             "queue_wait", "host_stamps", "rx_holdoff_us", "rx_poll_target"}
 
 
 def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
@@ -195,6 +198,12 @@ def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
         if not 0 <= us <= 10_000:
             raise ConfigError(f"{src}: key 'rx_holdoff_us': takes 0..10000 (0: off)")
         cfg.rx_holdoff = us * 1e-6
+    if "rx_poll_target" in data:
+        n = _want(src, "rx_poll_target", data["rx_poll_target"], int, "an integer")
+        if not 0 <= n <= 4096:
+            raise ConfigError(f"{src}: key 'rx_poll_target': takes 0..4096 "
+                              "(0: a fixed poll interval)")
+        cfg.rx_poll_target = n
     if "keylog" in data:
         cfg.keylog = base / _want(src, "keylog", data["keylog"], str, "a file name")
     if "drain_timeout" in data:

@@ -142,7 +142,7 @@ class HostCore:
         self.io = EndpointIO(self.endpoint, cfg.planes, table, on_event=self._on_event,
                              pool=cfg.pool, rcvbuf=cfg.rcvbuf, sndbuf=cfg.sndbuf,
                              queue_wait=cfg.queue_wait, rx_holdoff=cfg.rx_holdoff,
-                             host_stamps=cfg.host_stamps)
+                             rx_poll_target=cfg.rx_poll_target, host_stamps=cfg.host_stamps)
         self.peers = {name: PeerState(name) for name in cfg.peers}
         #: Per-peer queues served round robin (transport/inbox.py).
         self.inbox = Inbox()

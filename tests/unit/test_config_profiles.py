@@ -61,16 +61,21 @@ def test_nothing_imports_the_daemon_for_a_default() -> None:
 
 
 def test_the_daemon_takes_a_receive_moderation_and_checks_it(tmp_path: Path) -> None:
-    from transport.aio import RX_HOLDOFF
+    from transport.aio import RX_HOLDOFF_HOST, RX_POLL_TARGET
 
     base = {"name": "h", "planes": ["127.0.0.1"], "socket": "s", "insecure": True}
-    assert parse_config(base, "t.toml", tmp_path).rx_holdoff == RX_HOLDOFF
+    assert parse_config(base, "t.toml", tmp_path).rx_holdoff == RX_HOLDOFF_HOST
+    assert parse_config(base, "t.toml", tmp_path).rx_poll_target == RX_POLL_TARGET
+    assert parse_config({**base, "rx_poll_target": 0}, "t.toml", tmp_path).rx_poll_target == 0
     assert parse_config({**base, "rx_holdoff_us": 0}, "t.toml", tmp_path).rx_holdoff == 0
     assert parse_config({**base, "rx_holdoff_us": 500}, "t.toml", tmp_path).rx_holdoff \
         == pytest.approx(500e-6)
     for bad in (-1, 20_000, "fast", True):
         with pytest.raises(ConfigError, match="rx_holdoff_us"):
             parse_config({**base, "rx_holdoff_us": bad}, "t.toml", tmp_path)
+    for bad in (-1, 5000, 1.5, "many"):
+        with pytest.raises(ConfigError, match="rx_poll_target"):
+            parse_config({**base, "rx_poll_target": bad}, "t.toml", tmp_path)
 
 
 def test_congestion_params_go_over_the_profiles_and_are_checked(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ BENCHES: dict[str, str] = {
     "claims": "tools.claims.bench",
     "endpoint": "tools.bench.endpoint",
     "paced": "tools.bench.paced",
+    "core-paced": "tools.bench.core_paced",
 }
 
 #: benches that decide for themselves what a variant does with ``--update-docs``.
