@@ -46,7 +46,7 @@ BPF_DIR = Path(__file__).resolve().parent / "bpf"
 OBJ = BPF_DIR / "port.o"
 NO_THRESHOLD = 0xFFFFFFFF
 CFG = struct.Struct("<IIQIIIIIIII")
-QUEUE = struct.Struct("<IIQQQ")
+QUEUE = struct.Struct("<IIQQQQQ")
 COUNTERS = ("rx", "sent", "trimmed", "marked", "dropped", "lost", "blackholed", "tx_errors",
             "not_trimmable")
 CNT = struct.Struct(f"<{len(COUNTERS)}Q")
@@ -63,7 +63,10 @@ _probe_cache: dict[str, tuple[bool, str]] = {}
 GAP_UNIT = 32
 GAP_MAX_EXP = 26
 GAP_BUCKETS = 8 * (GAP_MAX_EXP - 2) + 8
-GAP = struct.Struct(f"<IIQQQQ{GAP_BUCKETS}Q")
+#: Lateness (port.c's LATE_*): how far the real link was behind the port's
+#: virtual queue as each frame left, in LATE_NS_UNIT ns, same buckets.
+LATE_NS_UNIT = 1000
+GAP = struct.Struct(f"<IIQQQQ{GAP_BUCKETS}QQQ{GAP_BUCKETS}Q")
 
 
 # ------------------------------------------------------------------ availability
@@ -257,8 +260,51 @@ def gap_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     form ``EbpfPlane.gaps`` returns). The max is the window's only if it grew."""
     hist = [max(0, a - b) for a, b in zip(after["hist"], before["hist"], strict=True)]
     grew = after["max_units"] > before["max_units"]
-    return {"hist": hist, "max_units": after["max_units"] if grew else 0,
-            "rate_bps": after.get("rate_bps")}
+    out = {"hist": hist, "max_units": after["max_units"] if grew else 0,
+           "rate_bps": after.get("rate_bps")}
+    if "late_hist" in after and "late_hist" in before:
+        out["late_hist"] = [max(0, a - b) for a, b in
+                            zip(after["late_hist"], before["late_hist"], strict=True)]
+        out["late_max_ns"] = (after["late_max_ns"]
+                              if after["late_max_ns"] > before["late_max_ns"] else 0)
+    return out
+
+
+def late_summary(hist: list[int], max_ns: int | None, rate_bps: int,
+                 frame_bytes: int = 1514) -> dict[str, Any]:
+    """Count, p50, p99 and max of a port's lateness (how far the real link was
+    behind its virtual queue as frames left), in microseconds and in ideal
+    times of a ``frame_bytes`` frame at ``rate_bps``; percentiles as in
+    ``gap_summary`` (a bucket's upper bound, capped by the max)."""
+    n = sum(hist)
+    out: dict[str, Any] = {"frames": n, "p50_us": None, "p99_us": None, "max_us": None,
+                           "p50": None, "p99": None, "max": None}
+    if n <= 0:
+        return out
+    frame_us = frame_bytes * 8e6 / rate_bps if rate_bps else None
+    unit_us = LATE_NS_UNIT / 1000  # a bucket counts late_ns // LATE_NS_UNIT
+
+    def us(b: int, upper: bool) -> float:
+        lo, hi = gap_bucket_bounds(b)
+        v = hi if upper and hi != float("inf") else lo
+        return v * GAP_UNIT * unit_us
+
+    for q in (50, 99):
+        rank, seen = q / 100 * n, 0
+        for b, c in enumerate(hist):
+            seen += c
+            if c and seen >= rank:
+                v = us(b, True)
+                if max_ns:
+                    v = min(v, max_ns / 1000)
+                out[f"p{q}_us"] = round(v, 3)
+                break
+    top = max(b for b, c in enumerate(hist) if c)
+    out["max_us"] = round(max_ns / 1000 if max_ns else us(top, True), 3)
+    if frame_us:
+        for k in ("p50", "p99", "max"):
+            out[k] = round(out[f"{k}_us"] / frame_us, 3)
+    return out
 
 
 class EbpfPlane:
@@ -416,12 +462,15 @@ class EbpfPlane:
                     sums = [a + b for a, b in zip(sums, CNT.unpack(v), strict=True)]
                 c = dict(zip(COUNTERS, sums, strict=True))
                 qv = queue.lookup(key)
-                _lock, _pad, all_until, _ctrl, max_depth = QUEUE.unpack(qv[0]) if qv else (
-                    0, 0, 0, 0, 0)
+                f = QUEUE.unpack(qv[0]) if qv else (0,) * 7
+                all_until, max_depth = f[2], f[4]
                 rate = int(p["settings"].get("rate_bps") or 0)
                 depth = max(0, all_until - now) * rate // 8_000_000_000 if rate else 0
                 out[name] = {**c, "enqueued": c["sent"], "max_depth": max_depth,
                              "depth": depth, "rx_overflow": 0, "element": "ebpf",
+                             # bytes the port queued and the far end saw leave
+                             # (port.c's lateness; they restart level when idle)
+                             "accepted_bytes": f[5], "departed_bytes": f[6],
                              **p["settings"]}
         return out
 
@@ -436,8 +485,10 @@ class EbpfPlane:
                     if not p.get("far"):
                         continue
                     v = gap.lookup(struct.pack("<I", p["slot"]))
-                    f = GAP.unpack(v[0]) if v else (0,) * (6 + GAP_BUCKETS)
-                    out[name] = {"hist": list(f[6:]), "max_units": f[5],
+                    f = GAP.unpack(v[0]) if v else (0,) * (8 + 2 * GAP_BUCKETS)
+                    late = 8 + GAP_BUCKETS
+                    out[name] = {"hist": list(f[6:6 + GAP_BUCKETS]), "max_units": f[5],
+                                 "late_hist": list(f[late:]), "late_max_ns": f[late - 1],
                                  "rate_bps": int(p["settings"].get("rate_bps") or 0)}
             return out
         except OSError as exc:

@@ -82,6 +82,11 @@ struct port_queue {
 	__u64 all_until;  /* ns: when the whole virtual queue is empty */
 	__u64 ctrl_until; /* ns: when the control class is empty */
 	__u64 max_depth;  /* bytes */
+	/* Bytes the port accepted into its queue and bytes the far end saw
+	 * leave it (atomic adds: the port and the far end take no common lock);
+	 * their difference is the link's real backlog (``tc/gap``: lateness). */
+	__u64 in_bytes;
+	__u64 out_bytes;
 };
 
 /* Counters, per CPU (summed by the reader). Order = COUNTERS in ebpf.py. */
@@ -128,6 +133,14 @@ struct {
 #define GAP_UNIT 32
 #define GAP_MAX_EXP 26
 #define GAP_BUCKETS (8 * (GAP_MAX_EXP - 2) + 8)
+/* Lateness: how far the real link is behind the port's virtual queue as a
+ * frame leaves, (real backlog - virtual backlog) at the port rate, in units
+ * of LATE_NS_UNIT ns. HTB sending early (its burst) reads 0; a shaper timer
+ * that fires late reads the time it lost. After LATE_RESYNC_NS with the
+ * virtual queue empty the byte counts restart level (a frame lost between
+ * the port and the far end must not read as lateness for ever). */
+#define LATE_NS_UNIT 1000
+#define LATE_RESYNC_NS 100000000ULL
 struct port_gap {
 	struct bpf_spin_lock lock;
 	__u32 last_len;   /* bytes of the previous departure */
@@ -136,6 +149,9 @@ struct port_gap {
 	__u64 gaps;       /* busy gaps recorded */
 	__u64 max_units;  /* the largest of them */
 	__u64 hist[GAP_BUCKETS];
+	__u64 lates;      /* departures with a lateness recorded */
+	__u64 late_max_ns;
+	__u64 late_hist[GAP_BUCKETS]; /* lateness in ns / LATE_NS_UNIT, same buckets */
 };
 
 struct {
@@ -250,6 +266,7 @@ int braid_port(struct __sk_buff *skb)
 	int control = 1, v6 = 0, braid = 0, ect = 0, trim = 0, want_trim = 0, mark = 0;
 	__u32 cut = 0;
 	__u64 now, floor, head, tx, depth_all, depth_data;
+	int resync;
 
 	if (!cfg)
 		return TC_ACT_OK; /* not one of ours */
@@ -336,6 +353,7 @@ classified:
 	now = bpf_ktime_get_ns(); /* before the lock */
 	floor = now > cfg->burst_ns ? now - cfg->burst_ns : 0;
 	bpf_spin_lock(&q->lock);
+	resync = q->all_until + LATE_RESYNC_NS < now;
 	if (q->all_until < floor)
 		q->all_until = floor;
 	if (q->ctrl_until < floor)
@@ -369,6 +387,9 @@ classified:
 	if (depth_all > q->max_depth)
 		q->max_depth = depth_all;
 	bpf_spin_unlock(&q->lock);
+	if (resync)
+		q->in_bytes = q->out_bytes; /* racy: a hint, see LATE_RESYNC_NS */
+	__sync_fetch_and_add(&q->in_bytes, len);
 
 	if (want_trim && !trim)
 		cnt->not_trimmable++; /* trim point beyond MAX_KEEP: queued whole */
@@ -483,6 +504,7 @@ int braid_gap_prog(struct __sk_buff *skb)
 	struct port_gap *g;
 	struct port_queue *q;
 	__u64 *rate, now, ideal, gap, backlog_ns, prev_ns, prev_busy;
+	__u64 in, out, real_ns, late_ns;
 	__u32 prev_len;
 
 	/* the kernel keeps only the classid's minor (a u16 in qdisc_skb_cb) */
@@ -498,7 +520,21 @@ int braid_gap_prog(struct __sk_buff *skb)
 	/* What the port still had to send after this frame (racy read: a hint). */
 	backlog_ns = q->all_until > now ? q->all_until - now : 0;
 	ideal = bytes_to_ns(len, *rate);
+	/* Lateness: the link's real backlog (accepted - departed bytes) beyond
+	 * the virtual queue's, at the port rate (racy reads: a hint). */
+	__sync_fetch_and_add(&q->out_bytes, len);
+	in = q->in_bytes;
+	out = q->out_bytes;
+	real_ns = in > out ? bytes_to_ns(in - out, *rate) : 0;
+	late_ns = real_ns > backlog_ns ? real_ns - backlog_ns : 0;
 	bpf_spin_lock(&g->lock);
+	b = gap_bucket(late_ns / LATE_NS_UNIT);
+	asm volatile("" : "+r"(b)); /* keep the bound check for the verifier */
+	if (b < GAP_BUCKETS)
+		g->late_hist[b]++;
+	g->lates++;
+	if (late_ns > g->late_max_ns)
+		g->late_max_ns = late_ns;
 	prev_ns = g->last_ns;
 	prev_len = g->last_len;
 	prev_busy = g->last_busy;

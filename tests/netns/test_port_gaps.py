@@ -65,3 +65,38 @@ def test_steady_blast_gaps_sit_at_one_frame_time_and_a_trickle_records_none(
     # moves single gaps, not the median).
     assert 0.75 <= s["p50"] <= 1.25, (s, json.dumps(st))
     print(f"10 Mbit/s blast: {s}")
+    # Lateness: every frame that left was timed against the virtual queue,
+    # and a link that keeps its rate is not behind the ideal one (a late
+    # timer of a busy machine moves single frames, not the median).
+    late = ebpf.late_summary(d["late_hist"], d["late_max_ns"], 10_000_000)
+    assert late["frames"] >= 0.8 * out["packets"], late
+    assert late["p50"] is not None and late["p50"] < 0.5, late
+    trickle_late = ebpf.late_summary(ebpf.gap_delta(g0[PORT], g1[PORT])["late_hist"], None,
+                                     10_000_000)
+    assert trickle_late["frames"] >= 20 and trickle_late["p99"] < 0.5, trickle_late
+    # The bytes lateness rests on: the far end saw every accepted byte leave
+    # (the blast's frames, 1,514 bytes each, all counted at both ends).
+    assert st["departed_bytes"] >= out["packets"] * 1514, st
+    assert 0 <= st["accepted_bytes"] - st["departed_bytes"] < 2 * 1514, st
+    print(f"10 Mbit/s blast lateness: {late}")
+
+
+def test_a_shaper_behind_the_ideal_link_reads_as_lateness(make_testbed: Any) -> None:
+    """The link's shaper made slower than the port's rate (as a machine whose
+    shaper timers fire late would make it): frames leave ever later than the
+    port's virtual queue says, and the lateness the fidelity monitor judges
+    grows far past one frame time; the busy gaps alone would show only a
+    steady 2x."""
+    tb = make_testbed({"hosts": 2, "planes": 1,
+                       "link": {"element": True, "h1:p0": {"down": {"rate": "10mbit"}}}})
+    plane = tb.ebpf(0)
+    port = plane._load()["ports"][PORT]
+    plane._tc(ebpf.htb_commands(port["out_if"], 5_000_000, port["mtu"], replace=True,
+                                buffer=int(port["settings"].get("buffer") or 256 * 1024)))
+    g0 = tb.port_gaps()
+    out = _send(tb, 400, 600)
+    d = ebpf.gap_delta(g0[PORT], tb.port_gaps()[PORT])
+    late = ebpf.late_summary(d["late_hist"], d["late_max_ns"], 10_000_000)
+    assert out["packets"] > 100, out
+    assert late["frames"] >= 100 and late["p99"] > 5, late
+    print(f"half-rate shaper lateness: {late}")
