@@ -46,7 +46,7 @@ BPF_DIR = Path(__file__).resolve().parent / "bpf"
 OBJ = BPF_DIR / "port.o"
 NO_THRESHOLD = 0xFFFFFFFF
 CFG = struct.Struct("<IIQIIIIIIII")
-QUEUE = struct.Struct("<IIQQQQQ")
+QUEUE = struct.Struct("<IIQQQQQQ")
 COUNTERS = ("rx", "sent", "trimmed", "marked", "dropped", "lost", "blackholed", "tx_errors",
             "not_trimmable")
 CNT = struct.Struct(f"<{len(COUNTERS)}Q")
@@ -462,7 +462,7 @@ class EbpfPlane:
                     sums = [a + b for a, b in zip(sums, CNT.unpack(v), strict=True)]
                 c = dict(zip(COUNTERS, sums, strict=True))
                 qv = queue.lookup(key)
-                f = QUEUE.unpack(qv[0]) if qv else (0,) * 7
+                f = QUEUE.unpack(qv[0]) if qv else (0,) * 8
                 all_until, max_depth = f[2], f[4]
                 rate = int(p["settings"].get("rate_bps") or 0)
                 depth = max(0, all_until - now) * rate // 8_000_000_000 if rate else 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import math
 import socket
 import struct
 import time
@@ -35,6 +34,7 @@ from transport.datagram import RxInfo, TxPath
 from transport.endpoint import Endpoint, PeerKey
 from transport.events import Event
 from transport.queue_wait import QueueWait
+from transport.rx_moderation import RX_HOLDOFF, RX_POLL_TARGET, next_poll_interval
 from transport.timerfd import TimerFd
 from transport.udp import (
     GSO_MAX_BYTES,
@@ -86,28 +86,6 @@ class Tap(Protocol):
 #: cheaper to move than a ``timerfd_settime`` per service pass (that cost 2-5%
 #: CPU per GB on loopback bulk, 2026-12-01).
 TIMERFD_BELOW = 2e-3
-#: Receive moderation (a NIC's ``rx-usecs``, Linux NAPI's poll mode): with
-#: ``rx_holdoff`` > 0, after a wakeup that moved datagrams the plane sockets
-#: are not watched; a timerfd ticking every poll interval polls them (reads
-#: every plane first), and a poll that moves nothing watches them again
-#: (idle: each arrival wakes at once). ``rx_holdoff`` bounds the interval,
-#: so it bounds what moderation adds to a packet's host delay. Off (0) for a
-#: bare ``EndpointIO``; the daemon and the in-process endpoint take
-#: ``RX_HOLDOFF_HOST`` (docs/decisions/0026-adaptive-receive-moderation.md).
-RX_HOLDOFF = 0.0
-#: The host default: at most 1 ms. At 2 x 100 Mbit/s a poll every 1 ms
-#: carries ~16 datagrams and took the daemons' CPU per byte to 0.59x of
-#: polling on every arrival (``braid bench paced``, idle machine).
-RX_HOLDOFF_HOST = 1e-3
-#: What ``rx_holdoff_us`` was first tried at: a packet time or two at 100 Mbit/s.
-RX_HOLDOFF_TYPICAL = 200e-6
-#: Adaptive interval: each poll moves the interval toward the one that would
-#: have moved ``RX_POLL_TARGET`` datagrams (in and out), within
-#: [``RX_POLL_MIN``, ``rx_holdoff``]. 16 is two spray runs, a GSO batch's
-#: worth: a faster stream is polled more often (its polls stay short and its
-#: packets wait less), a slower one every ``rx_holdoff``. 0: a fixed interval.
-RX_POLL_TARGET = 16
-RX_POLL_MIN = 50e-6
 
 
 class EndpointIO:
@@ -271,13 +249,11 @@ class EndpointIO:
         self.service()
 
     def _moderate(self, *, polled: bool) -> None:
-        """Receive moderation (``RX_HOLDOFF``), decided before the service
-        pass so its ``_arm`` knows: a busy wakeup (datagrams read or sent since
-        the last decision) unwatches the plane sockets until the next poll; an
-        idle one watches them again. After a poll (``polled``) the interval
-        moves toward the one that would have moved ``rx_poll_target``
-        datagrams: by the square root of the ratio, one step per poll (a
-        ratio taken whole chases every burst)."""
+        """Receive moderation (``transport/rx_moderation.py``), decided before
+        the service pass so its ``_arm`` knows: a busy wakeup (datagrams read or
+        sent since the last decision) unwatches the plane sockets until the
+        next poll; an idle one watches them again. After a poll (``polled``)
+        the interval adapts (``next_poll_interval``)."""
         loop = self.loop
         total = self.rx_datagrams + self.tx_datagrams
         moved, self._moved_mark = total - self._moved_mark, total
@@ -285,10 +261,10 @@ class EndpointIO:
             if self._poll_at is None:
                 for ps in self.planes:
                     loop.remove_reader(ps.listen.fileno())
-            elif polled and self.rx_poll_target:
-                every = self._poll_every * math.sqrt(self.rx_poll_target / moved)
-                every = min(self.rx_holdoff, max(min(RX_POLL_MIN, self.rx_holdoff), every))
-                if abs(every - self._poll_every) > 0.1 * self._poll_every:
+            elif polled:
+                every = next_poll_interval(self._poll_every, moved, self.rx_poll_target,
+                                           self.rx_holdoff)
+                if every != self._poll_every:
                     self._poll_every = every
                     self._periodic = False  # _arm sets the timerfd's new period
             self._poll_at = time.monotonic() + self._poll_every

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from transport.aio import RX_HOLDOFF_HOST, RX_POLL_TARGET
 from transport.config import ConnectionConfig, profile_values
+from transport.rx_moderation import RX_HOLDOFF_HOST, RX_POLL_TARGET
 from transport.udp import PlaneAddr, parse_addr, path_mtu, payload_for_mtu
 from wire.constants import UDP_PORT
 from wire.keys import KeyFileError, load_key_file
@@ -76,7 +76,7 @@ class DaemonConfig:
     host_stamps: bool = False
     #: Receive moderation: the longest poll interval, seconds (0: off), and
     #: the datagrams per poll the interval adapts to (0: fixed at
-    #: ``rx_holdoff``); ``transport.aio.RX_HOLDOFF_HOST``, ``RX_POLL_TARGET``.
+    #: ``rx_holdoff``); ``transport.rx_moderation.RX_HOLDOFF_HOST``, ``RX_POLL_TARGET``.
     rx_holdoff: float = RX_HOLDOFF_HOST
     rx_poll_target: int = RX_POLL_TARGET
 

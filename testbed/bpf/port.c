@@ -87,6 +87,9 @@ struct port_queue {
 	 * their difference is the link's real backlog (``tc/gap``: lateness). */
 	__u64 in_bytes;
 	__u64 out_bytes;
+	/* ns: when the ideal link would be empty: all_until without HTB's burst
+	 * floor (the link never ahead of its rate); lateness is judged by it. */
+	__u64 ideal_until;
 };
 
 /* Counters, per CPU (summed by the reader). Order = COUNTERS in ebpf.py. */
@@ -133,12 +136,14 @@ struct {
 #define GAP_UNIT 32
 #define GAP_MAX_EXP 26
 #define GAP_BUCKETS (8 * (GAP_MAX_EXP - 2) + 8)
-/* Lateness: how far the real link is behind the port's virtual queue as a
- * frame leaves, (real backlog - virtual backlog) at the port rate, in units
- * of LATE_NS_UNIT ns. HTB sending early (its burst) reads 0; a shaper timer
- * that fires late reads the time it lost. After LATE_RESYNC_NS with the
- * virtual queue empty the byte counts restart level (a frame lost between
- * the port and the far end must not read as lateness for ever). */
+/* Lateness: how far the real link is behind the ideal one as a frame
+ * leaves, (real backlog - ideal backlog) at the port rate, in units of
+ * LATE_NS_UNIT ns. The ideal link sends at its rate and never ahead of it
+ * (port_queue.ideal_until, no burst floor): HTB sending early (its burst)
+ * reads 0, a shaper timer that fires late reads the time it lost. After
+ * LATE_RESYNC_NS with the ideal link empty the byte counts restart level (a
+ * frame lost between the port and the far end must not read as lateness
+ * for ever). */
 #define LATE_NS_UNIT 1000
 #define LATE_RESYNC_NS 100000000ULL
 struct port_gap {
@@ -253,6 +258,47 @@ static __always_inline int udp_csum(struct __sk_buff *skb, __u32 addr_off, __u32
 	}
 }
 
+/* Bytes a frame takes on the link: a GSO skb (a TCP or UDP batch that no
+ * NIC segmented, or a GRO aggregate) leaves as gso_segs frames, each with
+ * its own headers, and HTB charges them all (the kernel's qdisc_pkt_len_init):
+ * so must the virtual queue, or HTB runs ~4% behind it on TCP. */
+static __always_inline __u64 wire_len(struct __sk_buff *skb, __u32 len)
+{
+	__u32 segs = skb->gso_segs, hdr = sizeof(struct ethhdr), l4;
+	__u8 b[2];
+	__u16 proto;
+
+	if (segs <= 1)
+		return len;
+	if (bpf_skb_load_bytes(skb, 12, &proto, 2))
+		return len;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, hdr, b, 1) || bpf_skb_load_bytes(skb, hdr + 9, b + 1, 1))
+			return len;
+		l4 = b[1];
+		hdr += (b[0] & 0xf) * 4;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, hdr + 6, b + 1, 1))
+			return len;
+		l4 = b[1];
+		hdr += 40;
+	} else {
+		return len;
+	}
+	if (l4 == IPPROTO_TCP) {
+		if (bpf_skb_load_bytes(skb, hdr + 12, b, 1))
+			return len;
+		hdr += (b[0] >> 4) * 4;
+	} else if (l4 == IPPROTO_UDP) {
+		hdr += 8;
+	} else {
+		return len;
+	}
+	if (segs > 65535)
+		segs = 65535;
+	return (__u64)len + (__u64)(segs - 1) * hdr;
+}
+
 SEC("tc")
 int braid_port(struct __sk_buff *skb)
 {
@@ -265,7 +311,7 @@ int braid_port(struct __sk_buff *skb)
 	__u32 len = skb->len, l3 = sizeof(struct ethhdr), ihl = 0, slot;
 	int control = 1, v6 = 0, braid = 0, ect = 0, trim = 0, want_trim = 0, mark = 0;
 	__u32 cut = 0;
-	__u64 now, floor, head, tx, depth_all, depth_data;
+	__u64 now, floor, head, tx, depth_all, depth_data, wire;
 	int resync;
 
 	if (!cfg)
@@ -350,10 +396,11 @@ int braid_port(struct __sk_buff *skb)
 	}
 classified:
 
+	wire = wire_len(skb, len); /* helpers may not run under the lock */
 	now = bpf_ktime_get_ns(); /* before the lock */
 	floor = now > cfg->burst_ns ? now - cfg->burst_ns : 0;
 	bpf_spin_lock(&q->lock);
-	resync = q->all_until + LATE_RESYNC_NS < now;
+	resync = q->ideal_until + LATE_RESYNC_NS < now;
 	if (q->all_until < floor)
 		q->all_until = floor;
 	if (q->ctrl_until < floor)
@@ -362,25 +409,27 @@ classified:
 	depth_all = q->all_until > now ? ns_to_bytes(q->all_until - now, cfg->rate_bps) : 0;
 	depth_data = q->all_until > head ? ns_to_bytes(q->all_until - head, cfg->rate_bps) : 0;
 	if (control) {
-		if (depth_all + len > (__u64)cfg->buffer + CTRL_HEADROOM) {
+		if (depth_all + wire > (__u64)cfg->buffer + CTRL_HEADROOM) {
 			bpf_spin_unlock(&q->lock);
 			cnt->dropped++;
 			return TC_ACT_SHOT;
 		}
-	} else if ((want_trim = cfg->trim != NO_THRESHOLD && depth_data + len > cfg->trim &&
+	} else if ((want_trim = cfg->trim != NO_THRESHOLD && depth_data + wire > cfg->trim &&
 				braid) && 8 + cut <= MAX_KEEP) {
 		trim = 1;
 		len = l3 + ihl + 8 + cut;
+		wire = len;
 		control = 1;
-	} else if (depth_data + len > cfg->buffer) {
+	} else if (depth_data + wire > cfg->buffer) {
 		bpf_spin_unlock(&q->lock);
 		cnt->dropped++;
 		return TC_ACT_SHOT;
 	} else if (cfg->ecn != NO_THRESHOLD && depth_data > cfg->ecn && ect) {
 		mark = 1;
 	}
-	tx = bytes_to_ns(len, cfg->rate_bps);
+	tx = bytes_to_ns(wire, cfg->rate_bps);
 	q->all_until += tx;
+	q->ideal_until = (q->ideal_until > now ? q->ideal_until : now) + tx;
 	if (control)
 		q->ctrl_until += tx;
 	depth_all = q->all_until > now ? ns_to_bytes(q->all_until - now, cfg->rate_bps) : 0;
@@ -389,7 +438,7 @@ classified:
 	bpf_spin_unlock(&q->lock);
 	if (resync)
 		q->in_bytes = q->out_bytes; /* racy: a hint, see LATE_RESYNC_NS */
-	__sync_fetch_and_add(&q->in_bytes, len);
+	__sync_fetch_and_add(&q->in_bytes, wire);
 
 	if (want_trim && !trim)
 		cnt->not_trimmable++; /* trim point beyond MAX_KEEP: queued whole */
@@ -504,7 +553,7 @@ int braid_gap_prog(struct __sk_buff *skb)
 	struct port_gap *g;
 	struct port_queue *q;
 	__u64 *rate, now, ideal, gap, backlog_ns, prev_ns, prev_busy;
-	__u64 in, out, real_ns, late_ns;
+	__u64 in, out, real_ns, ideal_ns, late_ns;
 	__u32 prev_len;
 
 	/* the kernel keeps only the classid's minor (a u16 in qdisc_skb_cb) */
@@ -516,17 +565,19 @@ int braid_gap_prog(struct __sk_buff *skb)
 	rate = bpf_map_lookup_elem(&braid_gap_rate, &slot);
 	if (!g || !q || !rate || !*rate)
 		return TC_ACT_OK;
+	len = (__u32)wire_len(skb, len); /* what the link carried (GSO: every frame) */
 	now = bpf_ktime_get_ns();
 	/* What the port still had to send after this frame (racy read: a hint). */
 	backlog_ns = q->all_until > now ? q->all_until - now : 0;
 	ideal = bytes_to_ns(len, *rate);
 	/* Lateness: the link's real backlog (accepted - departed bytes) beyond
-	 * the virtual queue's, at the port rate (racy reads: a hint). */
+	 * the ideal link's, at the port rate (racy reads: a hint). */
 	__sync_fetch_and_add(&q->out_bytes, len);
 	in = q->in_bytes;
 	out = q->out_bytes;
 	real_ns = in > out ? bytes_to_ns(in - out, *rate) : 0;
-	late_ns = real_ns > backlog_ns ? real_ns - backlog_ns : 0;
+	ideal_ns = q->ideal_until > now ? q->ideal_until - now : 0;
+	late_ns = real_ns > ideal_ns ? real_ns - ideal_ns : 0;
 	bpf_spin_lock(&g->lock);
 	b = gap_bucket(late_ns / LATE_NS_UNIT);
 	asm volatile("" : "+r"(b)); /* keep the bound check for the verifier */

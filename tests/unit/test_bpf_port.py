@@ -112,8 +112,13 @@ def test_gap_histogram_matches_the_c_side() -> None:
     text = (BPF / "port.c").read_text()
     gap = re.search(r"struct port_gap \{(.*?)\};", text, re.S)
     assert gap is not None
-    assert re.findall(r"__u(\d+) \w+;", gap.group(1)) == ["32", "64", "64", "64", "64"]
-    assert ebpf.GAP.size == 4 + 4 + 4 * 8 + 8 * ebpf.GAP_BUCKETS  # lock, len, 4 u64s, hist
+    # lock, last_len, 4 u64s, gap hist, 2 u64s of lateness, late hist
+    assert re.findall(r"__u(\d+) \w+;", gap.group(1)) == ["32"] + ["64"] * 6
+    assert ebpf.GAP.size == 4 + 4 + 4 * 8 + 8 * ebpf.GAP_BUCKETS + 2 * 8 + 8 * ebpf.GAP_BUCKETS
+    queue = re.search(r"struct port_queue \{(.*?)\};", text, re.S)
+    assert queue is not None
+    fields = re.findall(r"__u(\d+) \w+;", queue.group(1))
+    assert ebpf.QUEUE.size == 4 + sum(int(f) // 8 for f in fields)  # spin lock is 4 bytes
 
 
 def test_gap_buckets_tile_the_ratio_axis() -> None:

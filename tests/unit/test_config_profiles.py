@@ -61,7 +61,7 @@ def test_nothing_imports_the_daemon_for_a_default() -> None:
 
 
 def test_the_daemon_takes_a_receive_moderation_and_checks_it(tmp_path: Path) -> None:
-    from transport.aio import RX_HOLDOFF_HOST, RX_POLL_TARGET
+    from transport.rx_moderation import RX_HOLDOFF_HOST, RX_POLL_TARGET
 
     base = {"name": "h", "planes": ["127.0.0.1"], "socket": "s", "insecure": True}
     assert parse_config(base, "t.toml", tmp_path).rx_holdoff == RX_HOLDOFF_HOST

@@ -1,4 +1,4 @@
-"""Receive moderation (``transport.aio.RX_HOLDOFF``, Linux NAPI's poll mode):
+"""Receive moderation (``transport.rx_moderation``, Linux NAPI's poll mode):
 while datagrams flow the plane sockets are unwatched and a ticking timer
 polls them; an idle poll watches them again, so the next arrival after a
 quiet spell wakes the endpoint at once. Real UDP sockets on loopback."""
@@ -10,11 +10,11 @@ import os
 
 from test_aio import make_pair
 
-from transport.aio import RX_HOLDOFF_TYPICAL
 from transport.connection import Connection
 from transport.endpoint import PeerKey
 from transport.eventloop import new_event_loop
 from transport.events import Event, MessageDelivered
+from transport.rx_moderation import RX_HOLDOFF_TYPICAL
 
 
 def test_a_busy_endpoint_polls_and_an_idle_one_watches_its_sockets_again() -> None:
@@ -104,3 +104,16 @@ def test_moderation_off_never_polls() -> None:
         loop.run_until_complete(main())
     finally:
         loop.close()
+
+
+def test_poll_interval_moves_toward_the_target_by_square_roots_within_bounds() -> None:
+    from transport.rx_moderation import RX_POLL_MIN, next_poll_interval
+    # 4x the target: the interval halves (sqrt of 1/4), not quarters
+    assert abs(next_poll_interval(1e-3, 64, 16, 1e-3) - 0.5e-3) < 1e-12
+    # a slow stream never polls less often than the holdoff
+    assert next_poll_interval(1e-3, 1, 16, 1e-3) == 1e-3
+    # a flood never polls more often than RX_POLL_MIN
+    assert next_poll_interval(RX_POLL_MIN, 10_000, 16, 1e-3) == RX_POLL_MIN
+    # within 10%: kept (no timerfd re-arm); target 0: a fixed interval
+    assert next_poll_interval(1e-3, 17, 16, 2e-3) == 1e-3
+    assert next_poll_interval(1e-3, 64, 0, 1e-3) == 1e-3
