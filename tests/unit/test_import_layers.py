@@ -149,6 +149,7 @@ TRANSPORT_LAYERS: list[list[str]] = [
     ["transport.daemon_config"],
     ["transport.aio"],
     ["transport.udp", "transport.timerfd", "transport.eventloop", "transport.queue_wait",
+     "transport.rx_moderation",
      "transport.inbox", "transport.control"],
     ["transport.endpoint"],
     # The connection, one object built in layers (conn_core at the bottom).
