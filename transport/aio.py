@@ -142,6 +142,7 @@ class EndpointIO:
         self.tx_unreachable: list[int] = []
         #: sendmsg calls that carried a GSO batch (more than one datagram).
         self.gso_sends = 0
+        self.tx_sends = 0  # send system calls (one per GSO batch or datagram)
         #: Service passes by what woke them: a plane socket readable, the
         #: timer, a kick (the application queued data). At paced rates each
         #: wakeup carries a packet or two, so per-wakeup costs dominate;
@@ -397,6 +398,7 @@ class EndpointIO:
         sockaddr = self.peers.sockaddr
         n_tx = 0
         n_bytes = 0
+        n_sends = 0
         n_planes = len(planes)
         n_out = len(out)
         unreachable: dict[tuple[PeerKey, int], int] | None = None
@@ -474,8 +476,10 @@ class EndpointIO:
                 continue
             n_tx += j - i
             n_bytes += total
+            n_sends += 1
             i = j
         self.tx_datagrams += n_tx
+        self.tx_sends += n_sends
         self.tx_bytes += n_bytes
         if unreachable:
             now = time.monotonic()
@@ -574,6 +578,7 @@ class EndpointIO:
             "rx_bytes": self.rx_bytes,
             "tx_bytes": self.tx_bytes,
             "gso_sends": self.gso_sends,
+            "tx_sends": self.tx_sends,
             "wakeups": dict(self.wakeups),
             "poll_every_us": round(self._poll_every * 1e6, 1) if self.rx_holdoff else 0,
             "queue_wait": None if self.queue_wait is None else self.queue_wait.summary(),

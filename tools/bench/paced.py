@@ -366,7 +366,10 @@ def wakeup_figures(before: dict[str, Any], after: dict[str, Any], seconds: float
         wa, wb = a.get("wakeups"), b.get("wakeups")
         wk = (sum(wb.values()) - sum(wa.values())
               if isinstance(wa, dict) and isinstance(wb, dict) else None)
+        sends = (int(b["tx_sends"]) - int(a.get("tx_sends", 0)) if "tx_sends" in b else None)
+        sent = int(b.get("tx_datagrams", 0)) - int(a.get("tx_datagrams", 0))
         out[h] = {"datagrams": dgrams, "datagrams_per_s": round(dgrams / seconds, 1),
+                  "tx_datagrams_per_send": round(sent / sends, 2) if sends else None,
                   "wakeups": wk, "wakeups_per_s": None if wk is None else round(wk / seconds, 1),
                   "datagrams_per_wakeup": round(dgrams / wk, 2) if wk else None,
                   "by_cause": ({k: int(wb[k]) - int(wa.get(k, 0)) for k in wb}
@@ -385,13 +388,15 @@ def wakeup_figures(before: dict[str, Any], after: dict[str, Any], seconds: float
 def stack_figures(*, stack: str, rx: dict[str, Any], tx: dict[str, Any],
                   proc_s: dict[str, float], cpu: dict[str, float], samples: list[float],
                   seconds_sent: float, capacity_mbit: float | None,
-                  braid_procs: list[str], background: float | None = None) -> dict[str, Any]:
+                  braid_procs: list[str], background: float | None = None,
+                  sys_s: dict[str, float] | None = None) -> dict[str, Any]:
     """One stack's figures from its workers' results, the per-process CPU
     seconds (name -> s), the machine's ``/proc/stat`` column deltas (CPU
     seconds, ``columns_between``) and the 100 ms busy samples. ``background``:
     the machine's busy share just before the run with the stack idle (other
     load on a shared machine); the machine's figures net of it are an
-    estimate, as that load moves."""
+    estimate, as that load moves. ``sys_s``: each process's system share of
+    its CPU seconds (system calls and the kernel work run on their way)."""
     delivered = int(rx.get("bytes", 0))
     wall = max(float(rx.get("t_last", 0.0)) - float(rx.get("t_go", 0.0)), 1e-9)
     gb = delivered / 1e9
@@ -406,6 +411,8 @@ def stack_figures(*, stack: str, rx: dict[str, Any], tx: dict[str, Any],
         "capacity_share": round(mbit / capacity_mbit, 3) if capacity_mbit else None,
         "process_cpu_s": {k: round(v, 3) for k, v in proc_s.items()},
         "process_cpu_s_per_GB": per_gb,
+        "process_system_share": {k: round(v / proc_s[k], 3) if proc_s.get(k) else None
+                                 for k, v in (sys_s or {}).items()},
         "stack_cpu_s_per_GB": round(sum(proc_s.values()) / gb, 2) if gb else None,
         "braid_cpu_s_per_GB": (round(braid_s / gb, 2) if gb and braid_procs else None),
         "machine_busy": round(busy / total, 3) if total else None,
@@ -511,7 +518,10 @@ def table_rows(fabric: dict[str, Any]) -> list[list[str]]:
                          *["-"] * (len(HEADER) - 2)])
             continue
         wk = (r.get("wakeups") or {}).get("all", {})
-        procs = " / ".join(f"{k} {_f(v)}" for k, v in r["process_cpu_s_per_GB"].items())
+        sys_share = r.get("process_system_share") or {}
+        procs = " / ".join(f"{k} {_f(v)}" + (f" (sys {sys_share[k]:.0%})"
+                                              if sys_share.get(k) is not None else "")
+                           for k, v in r["process_cpu_s_per_GB"].items())
         rows.append([
             name, _f(r["goodput_mbit"]), _f(r["capacity_share"], "{:.0%}"),
             _f(r["stack_cpu_s_per_GB"]), procs, _f(r["machine_busy"], "{:.0%}"),
@@ -744,6 +754,7 @@ class Run:
             time.sleep(BACKGROUND_S)  # everything up and idle: what the rest of the machine does
             b1 = ccpu.machine_columns()
             p0 = {k: ccpu.process_seconds(p) for k, p in pids.items()}
+            k0 = {k: ccpu.process_system_seconds(p) for k, p in pids.items()}
             m0 = ccpu.machine_columns()
             sampler = ccpu.Sampler().start()
             rx.say("go")
@@ -755,6 +766,7 @@ class Run:
             finally:
                 samples = sampler.stop()
             p1 = {k: ccpu.process_seconds(p) for k, p in pids.items()}
+            k1 = {k: ccpu.process_system_seconds(p) for k, p in pids.items()}
             m1 = ccpu.machine_columns()
             io1: dict[str, Any] = {h: _daemon_io(s) for h, s in socks.items()}
             for w in (rx, tx):
@@ -771,13 +783,15 @@ class Run:
                 daemons.stop_daemons(tb, ["h0", "h1"], grace=5 if ok else 1)
         proc_s = {k: max(0.0, (p1[k] or 0.0) - (p0[k] or 0.0)) for k in pids
                   if p0.get(k) is not None and p1.get(k) is not None}
+        sys_s = {k: max(0.0, (k1[k] or 0.0) - (k0[k] or 0.0)) for k in proc_s
+                 if k0.get(k) is not None and k1.get(k) is not None}
         cpu = ccpu.columns_between(m0, m1) if m0 and m1 else {}
         bg = ccpu.columns_between(b0, b1) if b0 and b1 else {}
         background = bg["busy"] / bg["total"] if bg.get("total") else None
         cap = None if self.fabric == "veth" else float(self.args.rate * self.args.planes)
         out = stack_figures(stack=stack, rx=rxr, tx=txr, proc_s=proc_s, cpu=cpu,
                             samples=samples, seconds_sent=secs, capacity_mbit=cap,
-                            braid_procs=braid_procs, background=background)
+                            braid_procs=braid_procs, background=background, sys_s=sys_s)
         if stack == "inproc" and "io" in rxr and "io" in txr:
             io0 = {"h0": txr["io"][0], "h1": rxr["io"][0]}
             io1 = {"h0": txr["io"][1], "h1": rxr["io"][1]}

@@ -64,6 +64,18 @@ def process_seconds(pid: int) -> float | None:
         return None
 
 
+def process_system_seconds(pid: int) -> float | None:
+    """System (kernel) CPU seconds a live process has used, or None if gone:
+    its system calls and the softirq work the kernel ran on their way out
+    (on a namespace testbed, much of the emulated fabric's forwarding)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[12]) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def processes_seconds(pids: Mapping[int, int]) -> dict[int, float]:
     """``process_seconds`` for each key's pid; the gone ones are left out."""
     out: dict[int, float] = {}
