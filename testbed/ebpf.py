@@ -435,10 +435,36 @@ class EbpfPlane:
                            port_cfg(p["settings"], p["out_idx"], p["slot"], p["mtu"]))
         if reshape:
             self._tc(reshape)
+            # Replacing a port's HTB purged what it held: bytes the port
+            # accepted that will never leave, which lateness would read as
+            # a link behind its ideal for the rest of a busy run.
+            self.resync_backlog(names)
         if "rate_bps" in changes:
             self._gap_rates([data["ports"][n] for n in names])
         self._save(data)
         return names
+
+    def resync_backlog(self, names: list[str]) -> None:
+        """Level the accepted and departed byte counts of ports ``names``
+        (``port_queue.in_bytes`` / ``out_bytes``, what lateness rests on)
+        after the testbed itself dropped what a port had queued: an HTB
+        replaced, a link's carrier lost. The port does the same on its own
+        after 100 ms of an empty ideal link; a fault during a busy run gives
+        it none. Read-modify-write: a frame counted in between is off by one
+        frame, a hint like the counts themselves."""
+        data = self._load()
+        with self._map("braid_queue", QUEUE.size) as queue:
+            for n in names:
+                p = data["ports"].get(n)
+                if p is None:
+                    continue
+                key = struct.pack("<I", p["slot"])
+                v = queue.lookup(key)
+                if not v:
+                    continue
+                f = list(QUEUE.unpack(v[0]))
+                f[5] = f[6]  # in_bytes := out_bytes
+                queue.update(key, QUEUE.pack(*f))
 
     # -- counters ----------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, Any]]:

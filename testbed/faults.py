@@ -327,6 +327,14 @@ def set_carrier(tb: Testbed, links: list[LinkSpec], carrier: bool) -> None:
             for ifname in ifnames:
                 ns.link("set", index=ns.link_lookup(ifname=ifname)[0],
                         state="up" if carrier else "down")
+    # What the ports sent toward a link without carrier was dropped after
+    # they counted it: level their byte counts (lateness) on either change.
+    by_plane: dict[int, list[str]] = {}
+    for lk in links:
+        if lk.element and tb.element_kind(lk.name) == "ebpf":
+            by_plane.setdefault(lk.plane, []).extend(f"{lk.name}/{d}" for d in ("up", "down"))
+    for plane, names in by_plane.items():
+        tb.ebpf(plane).resync_backlog(names)
 
 
 def heal(tb: Testbed, links: list[LinkSpec]) -> None:

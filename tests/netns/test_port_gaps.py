@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -100,3 +101,37 @@ def test_a_shaper_behind_the_ideal_link_reads_as_lateness(make_testbed: Any) -> 
     assert out["packets"] > 100, out
     assert late["frames"] >= 100 and late["p99"] > 5, late
     print(f"half-rate shaper lateness: {late}")
+
+
+def test_a_port_reshaped_mid_blast_keeps_its_byte_counts_level(make_testbed: Any) -> None:
+    # Replacing the HTB (a rate change) drops what it held after the port
+    # counted it; without a resync the link would read as behind its ideal
+    # by those bytes for the rest of a busy run.
+    tb = make_testbed({"hosts": 2, "planes": 1,
+                       "link": {"element": True, "h1:p0": {"down": {"rate": "10mbit"}}}})
+    rx = tb.popen("h1", udptool("recv", "--count", "1500", "--timeout", "12", "--idle", "1.5"),
+                  stdout=subprocess.PIPE, text=True)
+    assert rx.stdout is not None
+    assert json.loads(rx.stdout.readline())["ready"]
+    tx = tb.popen("h0", udptool("send", "--to", tb.address("h1", 0), "--count", "1500",
+                                "--size", str(PAYLOAD), "--pps", "1240"),
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the port's queue fills within ~0.3 s
+            st = tb.port_stats()[PORT]
+            if st["accepted_bytes"] - st["departed_bytes"] > 20 * 1514:
+                break
+            time.sleep(0.05)
+        held = st["accepted_bytes"] - st["departed_bytes"]
+        assert held > 20 * 1514, st  # a busy queue to purge
+        tb.ebpf(0).set(["h1:p0"], "down", {"rate_bps": 5_000_000})
+        tx.wait(timeout=20)
+        rx.communicate(timeout=20)
+    finally:
+        for p in (tx, rx):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    st = tb.port_stats()[PORT]
+    assert 0 <= st["accepted_bytes"] - st["departed_bytes"] < 2 * 1514, (held, st)

@@ -398,20 +398,7 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
                      "pauses >= 20 ms",
                      "hand-off",
                      "sender stall", "retransmission", "window", "other"], rows))
-    cpu = cpu_by_row(data)
-    if cpu:
-        rows = [[row, stack, str(c["runs"]), _f(c["busy_p50"], 0), _f(c["busy_max"], 0),
-                 f"{_f(c.get('saturated_p50'), 0)} / {_f(c.get('saturated_max'), 0)}",
-                 _f(c["steal_max"], 0), _f(c["daemons_p50"], 0), _f(c["workers_p50"], 0)]
-                for (row, stack), c in cpu.items()]
-        out.append(("the machine's CPU during each row's runs (% of all CPUs, from go to the "
-                    "last result; busy counts the kernel's packet work and any other work on "
-                    "the machine; the rows' figures are the transport's only where it was "
-                    "well below 100)",
-                    ["row", "stack", "runs", "busy median", "busy max",
-                     "saturated (>= 95%) 100 ms intervals, median / max", "steal max",
-                     "Braid daemons median", "workers median"], rows))
-    fid = fr.table(data)
+    fid = fr.table(data, cpu_by_row(data))
     if fid:
         out.append(fid)
     qw = queue_wait_rows(data)
