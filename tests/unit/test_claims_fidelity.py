@@ -193,3 +193,23 @@ def test_rate_argument_takes_auto_or_a_number() -> None:
     assert bench_claims._rate_arg("auto") == "auto" and bench_claims._rate_arg("50") == 50
     with pytest.raises(argparse.ArgumentTypeError):
         bench_claims._rate_arg("fast")
+
+
+def test_a_late_reference_run_withholds_only_the_comparisons() -> None:
+    # Kernel TCP's run had a late link; Braid's were faithful. A target on
+    # Braid alone keeps its verdict, one that compares Braid with TCP loses it.
+    late = fd.judge(_cpu([0.2] * 100), None)
+    late = {**late, "faithful": False, "reasons": ["link h0:p1/up: p99 lateness 2.4"]}
+    calm = fd.judge(_cpu([0.2] * 100), None)
+    lines = [["asymmetric planes: goodput >= 0.9 of the sum of capacities", "0.96", "", "met"],
+             ["invisibility: p100 ratio <= 1.5, >= 5x closer to 1 than tcp and mptcp", "1.2",
+              "", "met"]]
+    data: dict[str, Any] = {"transfers": [
+        _transfer("asymmetric", "braid", "half_rate", calm),
+        _transfer("asymmetric", "tcp", "half_rate", late),
+        _transfer("invisibility", "braid", "alltoall/faulted", calm),
+        _transfer("invisibility", "tcp", "alltoall/faulted", late)]}
+    fr.withhold_verdicts(data, lines, lambda t: t.split(":")[0].split()[0])
+    assert lines[0][3] == "met"
+    assert lines[1][3].startswith("no verdict: not faithful (tcp: link h0:p1/up")
+    assert fr.compares(lines[1][0]) and not fr.compares(lines[0][0])

@@ -3,7 +3,7 @@ and stack, plot markers and the summary figure (tools/claims/fidelity.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,26 +23,40 @@ def by_row(data: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {k: combine(v) for k, v in groups.items()}
 
 
-def row_fidelity(data: Mapping[str, Any], row: str) -> dict[str, Any]:
-    """A row's fidelity over every stack (a verdict compares them all); each
-    reason names its stack."""
+def row_fidelity(data: Mapping[str, Any], row: str, stacks: Iterable[str] | None = None
+                 ) -> dict[str, Any]:
+    """A row's fidelity over every stack (a comparison needs them all) or over
+    ``stacks`` only; each reason names its stack."""
+    only = None if stacks is None else set(stacks)
     parts = []
     for (r, stack), f in by_row(data).items():
-        if r == row:
+        if r == row and (only is None or stack in only):
             parts.append({**f, "reasons": [f"{stack}: {x}" for x in f["reasons"]]})
     return combine(parts)
 
 
+def compares(target: str) -> bool:
+    """Does a target's text measure Braid against another stack ("5x closer
+    to 1 than tcp", "10x sooner than mptcp")? Then every stack's runs must
+    be faithful for its verdict; otherwise Braid's alone."""
+    return " than " in target
+
+
 def withhold_verdicts(data: Mapping[str, Any], lines: list[list[str]],
                       row_of: Any) -> None:
-    """Replace the met / NOT met of every target line whose row has a run that
-    was not faithful with "no verdict: not faithful (reason)"."""
-    cache: dict[str, dict[str, Any]] = {}
+    """Replace the met / NOT met of every target line with "no verdict: not
+    faithful (reason)" when a run it rests on was not faithful: Braid's runs
+    of its row, and for a comparison every stack's."""
+    cache: dict[tuple[str, bool], dict[str, Any]] = {}
     for line in lines:
         if not line[3].startswith(("met", "NOT met")):
             continue
         row = row_of(line[0])
-        fid = cache.setdefault(row, row_fidelity(data, row))
+        every = compares(line[0])
+        key = (row, every)
+        if key not in cache:
+            cache[key] = row_fidelity(data, row, None if every else ["braid"])
+        fid = cache[key]
         if fid["faithful"] is False:
             line[3] = no_verdict(fid)
 

@@ -315,14 +315,18 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
                          "plane 0 parked after ms", "in srtt", "cause", "sends refused",
                          "blackhole: parked after ms", "RTOs", "byte-exact"], rows))
     if "loss" in R and "per_stack" in R["loss"]:
+        # One line per stack, a column per loss rate: ratio (Mbit/s, RTOs).
+        per = R["loss"]["per_stack"]
+        rates = list(dict.fromkeys(r for v in per.values() for r in v))
         rows = []
-        for k, v in R["loss"]["per_stack"].items():
-            for rate, x in v.items():
-                rows.append([k, rate, _f(x["goodput_mbps"], 1), _f(x["capacity_mbps"], 1),
-                             _f(x["ratio"]), str(x["rtos"]), _f(x["complete"])])
-        out.append(("loss curve: goodput / capacity", ["stack", "loss", "Mbit/s",
-                                                       "capacity", "ratio", "RTOs",
-                                                       "byte-exact"], rows))
+        for k, v in per.items():
+            cells = [f"{_f(v[r]['ratio'])} ({_f(v[r]['goodput_mbps'], 1)}, {v[r]['rtos']})"
+                     if r in v else "-" for r in rates]
+            caps = {_f(x["capacity_mbps"], 1) for x in v.values()}
+            rows.append([k, *cells, "/".join(sorted(caps)),
+                         _f(all(x["complete"] for x in v.values()))])
+        out.append(("loss curve: goodput / capacity (Mbit/s, RTOs) at each random loss rate",
+                    ["stack", *rates, "capacity Mbit/s", "byte-exact"], rows))
     if "asymmetric" in R and "per_stack" in R["asymmetric"]:
         rows = []
         for k, v in R["asymmetric"]["per_stack"].items():
