@@ -141,6 +141,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pass-us", default="100,300,1000",
                         help="comma-separated pass intervals, us (default 100,300,1000: a "
                         "wakeup per arrival at 2 x 100 Mbit/s, and two polling intervals)")
+    parser.add_argument("--rate", default="100,12",
+                        help="comma-separated per-plane rates, Mbit/s (default 100,12: the "
+                        "claims' fabric and the lowest rung of its --rate auto)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds over the intervals, alternating (default 3); each "
                         "figure is the median round's, with the worst beside it")
@@ -163,26 +166,37 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--pass-us takes comma-separated numbers") from None
     if not intervals or min(intervals) <= 0:
         raise UserError("--pass-us takes intervals > 0")
+    try:
+        rates = [float(x) for x in args.rate.split(",") if x.strip()]
+    except ValueError:
+        raise UserError("--rate takes comma-separated numbers (Mbit/s)") from None
+    if not rates or min(rates) <= 0:
+        raise UserError("--rate takes rates > 0")
     rounds = 1 if args.quick else max(1, args.rounds)
-    size = (1 << 20) if args.quick else (32 << 20)
-    got: dict[float, list[dict[str, Any]]] = {pu: [] for pu in intervals}
+    full = (1 << 20) if args.quick else (32 << 20)
+    # The same virtual time at every rate: a slow plane gets fewer bytes.
+    sizes = {mb: max(1 << 20, int(full * mb / max(rates))) for mb in rates}
+    cases = [(mb, pu) for mb in rates for pu in intervals]
+    got: dict[tuple[float, float], list[dict[str, Any]]] = {c: [] for c in cases}
     for r in range(rounds):
-        for pu in intervals:
-            res = run_one(pass_us=pu, size=size)
-            got[pu].append(res)
-            progress(f"round {r + 1}/{rounds}, pass every {pu:g} us: "
+        for mb, pu in cases:
+            res = run_one(rate_bps=mb * 1e6, pass_us=pu, size=sizes[mb])
+            got[(mb, pu)].append(res)
+            progress(f"round {r + 1}/{rounds}, {mb:g} Mbit/s, pass every {pu:g} us: "
                      f"{res['cpu_s_per_gb']:.1f} CPU-s/GB")
-    header = ["pass every", "DATA per pass", "SACKs", "CPU-s/GB (median)", "CPU-s/GB (worst)",
-              "us per DATA", "us per pass tx / rx", "vs first row", "virtual s"]
+    header = ["Mbit/s per plane", "pass every", "DATA per pass", "SACKs", "CPU-s/GB (median)",
+              "CPU-s/GB (worst)", "us per DATA", "us per pass tx / rx", "vs first row",
+              "virtual s"]
     rows: list[list[str]] = []
     first: float | None = None
     summary: dict[str, Any] = {}
-    for pu in intervals:
-        runs = sorted(got[pu], key=lambda x: x["cpu_s_per_gb"])
+    for mb, pu in cases:
+        runs = sorted(got[(mb, pu)], key=lambda x: x["cpu_s_per_gb"])
         med = runs[len(runs) // 2]
         first = first if first is not None else med["cpu_s_per_gb"]
-        summary[f"{pu:g}"] = {"median": med, "worst_cpu_s_per_gb": runs[-1]["cpu_s_per_gb"]}
-        rows.append([f"{pu:g} us", f"{med['data_per_pass']:.1f}", str(med["sacks"]),
+        summary[f"{mb:g}/{pu:g}"] = {"median": med,
+                                     "worst_cpu_s_per_gb": runs[-1]["cpu_s_per_gb"]}
+        rows.append([f"{mb:g}", f"{pu:g} us", f"{med['data_per_pass']:.1f}", str(med["sacks"]),
                      f"{med['cpu_s_per_gb']:.1f}", f"{runs[-1]['cpu_s_per_gb']:.1f}",
                      f"{med['us_per_data_packet']:.1f}",
                      f"{med['us_per_pass']['sender']:.0f} / {med['us_per_pass']['receiver']:.0f}",
@@ -191,9 +205,10 @@ def run(args: argparse.Namespace) -> int:
     env = environment()
     commit = git_commit()
     md = ("`braid bench core-paced`: two `Endpoint`s in memory (host profile, 2 planes at "
-          "100 Mbit/s, 25 us one way), both stepped every *pass* of virtual time the way "
+          "the row's rate, 25 us one way), both stepped every *pass* of virtual time the way "
           "the I/O layer steps them after a wakeup (arrivals, `flush_acks`, due timers, "
-          f"`datagrams_to_send`), one {size >> 20} MiB message; CPU of both ends "
+          f"`datagrams_to_send`), one message of {full >> 20} MiB at the highest rate, "
+          "scaled down with the rate (the same virtual time); CPU of both ends "
           "(`time.process_time` around their own calls: no sockets, no event loop, no "
           f"emulator). {rounds} alternating rounds; median round, worst beside it.\n\n"
           + markdown_table(header, rows)
