@@ -27,10 +27,9 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
 
 from transport.connection import Connection
-from transport.datagram import RxInfo, TxPath
+from transport.datagram import RxInfo, Tap, TxPath
 from transport.endpoint import Endpoint, PeerKey
 from transport.events import Event
 from transport.queue_wait import QueueWait
@@ -59,11 +58,9 @@ _DATA_DSCP = int(Dscp.DATA)
 _INT = struct.Struct("i")
 _TIMESPEC = struct.Struct("qq")
 _SOL_SOCKET = socket.SOL_SOCKET
-#: errnos that mean "this host cannot reach there on this plane now": its link
-#: is down (ENETDOWN), the route is gone or ignored (ENETUNREACH, e.g. with
-#: ``ignore_routes_with_linkdown`` after carrier loss), the neighbour failed
-#: (EHOSTUNREACH), a firewall refused (EPERM) or the source address went away
-#: (EADDRNOTAVAIL). The core parks the plane at once (``on_path_unreachable``).
+#: errnos that mean "this host cannot reach there on this plane now" (link
+#: down, route gone or ignored after carrier loss, neighbour failed, firewall,
+#: source address gone): the core parks the plane (``on_path_unreachable``).
 _UNREACHABLE = frozenset((errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EPERM,
                           errno.EADDRNOTAVAIL))
 #: errnos that mean "this kernel or device cannot do UDP GSO here".
@@ -72,19 +69,9 @@ _GSO_REFUSED = (errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOPROTOOPT)
 EventHandler = Callable[[Connection, PeerKey, Event], None]
 
 
-class Tap(Protocol):
-    """Sees every datagram sent and received (for qlog); costs nothing when unset."""
-
-    def on_tx(self, now: float, data: bytes, path: TxPath) -> None: ...
-
-    def on_rx(self, now: float, data: bytes, rx: RxInfo) -> None: ...
-
-
-#: Deadlines nearer than this go on the timerfd (transport/timerfd.py): the
-#: loop's millisecond timers would spin on them. Farther ones, nearly every
-#: RTO and loss timer of a bulk transfer, stay on the loop's timer, which is
-#: cheaper to move than a ``timerfd_settime`` per service pass (that cost 2-5%
-#: CPU per GB on loopback bulk, 2026-12-01).
+#: Deadlines nearer than this go on the timerfd (the loop's millisecond timers
+#: would spin on them); farther ones stay on the loop's timer, cheaper to move
+#: than a ``timerfd_settime`` per pass (2-5% CPU per GB on loopback bulk).
 TIMERFD_BELOW = 2e-3
 
 

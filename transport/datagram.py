@@ -7,6 +7,7 @@ the real I/O adapter, the simulated fabric and tests all speak only this.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +42,11 @@ class RxInfo:
     ce: bool = False
     dscp: int = 0
     lag: float = 0.0
+
+
+class Tap(Protocol):
+    """Sees every datagram sent and received (for qlog); costs nothing when unset."""
+
+    def on_tx(self, now: float, data: bytes, path: TxPath) -> None: ...
+
+    def on_rx(self, now: float, data: bytes, rx: RxInfo) -> None: ...
