@@ -183,10 +183,12 @@ def port_cfg(settings: dict[str, Any], out_idx: int, slot: int, mtu: int = 1500)
 
 
 def htb_commands(dev: str, rate_bps: int, mtu: int, replace: bool = False,
-                 buffer: int = 256 * 1024) -> list[str]:
+                 buffer: int = 256 * 1024, change: bool = False) -> list[str]:
     """tc batch lines shaping ``dev`` at ``rate_bps``, control class first. The
     FIFOs only catch HTB falling far behind the virtual queue (a starved timer):
-    twice the port buffer each."""
+    twice the port buffer each. ``change``: a shaped port's new rate or buffer
+    set in place (``tc class change``), keeping what HTB holds; deleting the
+    qdisc (``replace``) would drop it after the port counted it."""
     limit = 2 * buffer + 2 * CTRL_HEADROOM
     cmds = [f"qdisc del dev {dev} root"] if replace else []
     if rate_bps <= 0:
@@ -195,16 +197,17 @@ def htb_commands(dev: str, rate_bps: int, mtu: int, replace: bool = False,
     burst = htb_burst(rate_bps, mtu)
     floor = max(rate_bps // 100, 8000)
     q = f"quantum {frame}"
+    verb = "change" if change else "add"
+    cmds += [] if change else [f"qdisc add dev {dev} root handle 1: htb default 20"]
     cmds += [
-        f"qdisc add dev {dev} root handle 1: htb default 20",
-        f"class add dev {dev} parent 1: classid 1:1 htb rate {rate_bps}bit "
+        f"class {verb} dev {dev} parent 1: classid 1:1 htb rate {rate_bps}bit "
         f"ceil {rate_bps}bit burst {burst} cburst {burst} {q}",
-        f"class add dev {dev} parent 1:1 classid 1:10 htb rate {rate_bps}bit "
+        f"class {verb} dev {dev} parent 1:1 classid 1:10 htb rate {rate_bps}bit "
         f"ceil {rate_bps}bit burst {burst} cburst {burst} prio 0 {q}",
-        f"class add dev {dev} parent 1:1 classid 1:20 htb rate {floor}bit "
+        f"class {verb} dev {dev} parent 1:1 classid 1:20 htb rate {floor}bit "
         f"ceil {rate_bps}bit burst {burst} cburst {burst} prio 1 {q}",
-        f"qdisc add dev {dev} parent 1:10 handle 10: bfifo limit {limit}",
-        f"qdisc add dev {dev} parent 1:20 handle 20: bfifo limit {limit}",
+        f"qdisc {verb} dev {dev} parent 1:10 handle 10: bfifo limit {limit}",
+        f"qdisc {verb} dev {dev} parent 1:20 handle 20: bfifo limit {limit}",
     ]
     return cmds
 
@@ -422,6 +425,7 @@ class EbpfPlane:
             if n not in data["ports"]:
                 raise TestbedError(f"no eBPF port {n!r} on plane {self.plane}")
         reshape: list[str] = []
+        purged: list[str] = []
         with self._map("braid_cfg", CFG.size) as cfg:
             for n in names:
                 p = data["ports"][n]
@@ -429,16 +433,22 @@ class EbpfPlane:
                 p["settings"].update({k: v for k, v in changes.items() if k != "delay"})
                 new_rate = int(p["settings"].get("rate_bps") or 0)
                 if new_rate != old_rate or "buffer" in changes:
-                    reshape += htb_commands(p["out_if"], new_rate, p["mtu"], replace=True,
-                                            buffer=int(p["settings"].get("buffer") or 0))
+                    # A shaped port keeps its HTB and what it holds (changed in
+                    # place); shaping turned on or off replaces the qdisc.
+                    keep = old_rate > 0 and new_rate > 0
+                    reshape += htb_commands(p["out_if"], new_rate, p["mtu"], replace=not keep,
+                                            buffer=int(p["settings"].get("buffer") or 0),
+                                            change=keep)
+                    if old_rate > 0 and not keep:
+                        purged.append(n)
                 cfg.update(struct.pack("<I", p["in_idx"]),
                            port_cfg(p["settings"], p["out_idx"], p["slot"], p["mtu"]))
         if reshape:
             self._tc(reshape)
-            # Replacing a port's HTB purged what it held: bytes the port
-            # accepted that will never leave, which lateness would read as
-            # a link behind its ideal for the rest of a busy run.
-            self.resync_backlog(names)
+        if purged:
+            # Deleting a port's HTB dropped what it held after the port counted
+            # it: level the counts, or lateness reads those bytes for ever.
+            self.resync_backlog(purged)
         if "rate_bps" in changes:
             self._gap_rates([data["ports"][n] for n in names])
         self._save(data)
@@ -447,8 +457,8 @@ class EbpfPlane:
     def resync_backlog(self, names: list[str]) -> None:
         """Level the accepted and departed byte counts of ports ``names``
         (``port_queue.in_bytes`` / ``out_bytes``, what lateness rests on)
-        after the testbed itself dropped what a port had queued: an HTB
-        replaced, a link's carrier lost. The port does the same on its own
+        after the testbed itself dropped what a port had queued: its shaping
+        turned off, a link's carrier lost. The port does the same on its own
         after 100 ms of an empty ideal link; a fault during a busy run gives
         it none. Read-modify-write: a frame counted in between is off by one
         frame, a hint like the counts themselves."""

@@ -104,6 +104,11 @@ def test_htb_commands_put_control_first() -> None:
     assert all("quantum 9014" in c for c in cmds if "prio" in c)  # jumbo frames fit
     assert ebpf.htb_commands("xb", 0, 1500) == []
     assert ebpf.htb_commands("xb", 0, 1500, replace=True) == ["qdisc del dev xb root"]
+    # a new rate on a shaped port: classes and FIFOs changed in place, nothing
+    # deleted (a deleted qdisc drops what it holds)
+    change = ebpf.htb_commands("xb", 50_000_000, 1500, change=True)
+    assert change and all(c.split()[1] == "change" for c in change), change
+    assert not any("del" in c or "root handle" in c for c in change)
 
 
 def test_gap_histogram_matches_the_c_side() -> None:

@@ -160,18 +160,17 @@ def run(args: argparse.Namespace) -> int:
     )
     from tools.common.errors import UserError
 
-    try:
-        intervals = [float(x) for x in args.pass_us.split(",") if x.strip()]
-    except ValueError:
-        raise UserError("--pass-us takes comma-separated numbers") from None
-    if not intervals or min(intervals) <= 0:
-        raise UserError("--pass-us takes intervals > 0")
-    try:
-        rates = [float(x) for x in args.rate.split(",") if x.strip()]
-    except ValueError:
-        raise UserError("--rate takes comma-separated numbers (Mbit/s)") from None
-    if not rates or min(rates) <= 0:
-        raise UserError("--rate takes rates > 0")
+    def positives(opt: str, text: str) -> list[float]:
+        try:
+            xs = [float(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            xs = []
+        if not xs or min(xs) <= 0:
+            raise UserError(f"{opt} takes comma-separated numbers > 0, not {text!r}")
+        return xs
+
+    intervals = positives("--pass-us", args.pass_us)
+    rates = positives("--rate", args.rate)
     rounds = 1 if args.quick else max(1, args.rounds)
     full = (1 << 20) if args.quick else (32 << 20)
     # The same virtual time at every rate: a slow plane gets fewer bytes.
