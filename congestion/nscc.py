@@ -117,6 +117,7 @@ class Nscc(NsccDeviations):
         self.mtu = mtu
         self.line_rate = line_rate
         self.max_bdp_factor = p.max_bdp_factor
+        self.host_hold = p.host_hold
         self.min_window = float(mtu)
         self._rtt_guess = base_rtt
         self._target_cfg = p.target_delay
@@ -213,18 +214,21 @@ class Nscc(NsccDeviations):
         self.target_delay = base / 2 if self._target_cfg is None else self._target_cfg
         self.qa_delay = 4 * self.target_delay if self._qa_cfg is None else self._qa_cfg
         self.fi_delay = self.target_delay / 10 if self._fi_cfg is None else self._fi_cfg
-        cap = self.max_bdp_factor * self.bdp
+        # The hosts' polling holds each packet or its SACK for part of the
+        # round trip: the pipe holds the line rate x that hold too.
+        hold = self.line_rate * self.host_hold
+        cap = self.max_bdp_factor * self.bdp + hold
         if self.maxwnd_covers_target:
             # Deviation 3: a software host's 2 ms target on a 0.3 ms fabric
             # could otherwise never fill the pipe at the RTT it accepts.
-            cap = max(cap, self.bdp + self.line_rate * self.target_delay)
+            cap = max(cap, self.bdp + self.line_rate * self.target_delay + hold)
         host = max(self._floor if self.host_floor else 0.0,
                    self._host if self.host_delay_window else 0.0)
         if host > 0:
             # Deviations 11 and 12: the pipe also holds the host delay
             # every packet meets (a floor of the delay, or measured).
             over = host + (self.target_delay if self.maxwnd_covers_target else 0.0)
-            cap = max(cap, self.bdp + self.line_rate * over)
+            cap = max(cap, self.bdp + self.line_rate * over + hold)
         self.max_window = max(cap / self._senders, self.min_window)
 
     def _clamp(self, w: float) -> float:
@@ -238,7 +242,7 @@ class Nscc(NsccDeviations):
     def _qa_period(self) -> float:
         # UEC: QuickAdapt's measurement period is base RTT + target (the RTT
         # a packet has when the controller is on target).
-        return self.base_rtt + self.target_delay
+        return self.base_rtt + self.target_delay + self.host_hold
 
     def _pacing_rate(self) -> float:
         srtt = self.base_rtt if self._srtt is None else self._srtt
@@ -383,7 +387,8 @@ class Nscc(NsccDeviations):
         if self.host_delay_window:
             self._host_on_ack(now, sample.host_delay)  # deviation 12
         base = self._paths.delay_sample(sample.plane, rtt)
-        d = max(rtt - base, 0.0)
+        # Less what the hosts' polling adds (host_hold): not a queue.
+        d = max(rtt - base - self.host_hold, 0.0)
         if self.host_floor:
             self._floor_on_delay(now, d)  # deviation 11
         if self.loss_as_mark:
@@ -552,6 +557,7 @@ class Nscc(NsccDeviations):
             "max_window": self.max_window,
             "base_rtt": self.base_rtt,
             "target_delay": self.target_delay,
+            "host_hold": self.host_hold,
             "delay_is_mark": float(self._delay_is_mark),
             "host_floor": self._floor,
             "host_delay": self._host,

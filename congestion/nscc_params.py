@@ -69,6 +69,13 @@ class NsccParams:
     delay_ewma: float = 0.125
     pacing_gain: float = 1.25
     burst_packets: int = 4
+    #: What the hosts' own receive moderation adds to a round trip (both
+    #: ends' poll interval), seconds: not queueing, so each delay sample is
+    #: read less it, and the window covers it. Like the line rate, a fact of
+    #: the host, not of the algorithm: 0 unless the I/O layer polls (the
+    #: daemon and the in-process endpoint set 2 × ``rx_holdoff``;
+    #: docs/congestion.md, "Plain tail-drop links").
+    host_hold: float = 0.0
 
     #: 1. No ECN ever, but a loss with more queue behind it than the path
     #: carries without loss: delay above target is the mark. ``calm_rtts``
@@ -153,6 +160,8 @@ class NsccParams:
             raise ValueError("pervasive_marks must be in (0, 1]")
         if not 0 <= self.trim_md < 1:
             raise ValueError("trim_md must be in [0, 1)")
+        if not 0 <= self.host_hold <= 0.1:
+            raise ValueError("host_hold must be in [0, 0.1] seconds")
         if self.trim_qa_rtts < 0:
             raise ValueError("trim_qa_rtts must be >= 0 (0: off)")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,28 @@ def _congestion_params(src: str, conn_user: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+#: The controllers that read ``congestion_params.host_hold``.
+_HOLD_READERS = frozenset({"nscc", "nscc-uec"})
+
+
+def _hold_for_moderation(cfg: DaemonConfig, conn_user: dict[str, Any]) -> None:
+    """Receive moderation polls each end's sockets every ``rx_holdoff`` at
+    most, so a DATA packet may wait that long to be read and its SACK as
+    long again: up to 2 x ``rx_holdoff`` of every round trip is the hosts',
+    not a queue. The controller is told (``congestion_params.host_hold``),
+    unless the table sets it. (On plain tail-drop links a 2 ms target read
+    through 1 ms polls at both ends left the bottleneck's queue empty in a
+    quarter of the samples: docs/congestion.md, "Plain tail-drop links".)"""
+    conn = cfg.connection
+    params = conn.congestion_params
+    user = conn_user.get("congestion_params", {})
+    if cfg.rx_holdoff <= 0 or conn.congestion not in _HOLD_READERS or \
+            not isinstance(user, dict) or "host_hold" in user:
+        return
+    cfg.connection = replace(conn, congestion_params={**params,
+                                                      "host_hold": 2 * cfg.rx_holdoff})
+
+
 def _addrs(src: str, key: str, value: object, port: int) -> list[PlaneAddr]:
     items = _want(src, key, value, list, "a list of addresses, one per plane")
     if not items:
@@ -198,6 +220,7 @@ def parse_config(data: dict[str, Any], src: str, base: Path) -> DaemonConfig:
         if not 0 <= us <= 10_000:
             raise ConfigError(f"{src}: key 'rx_holdoff_us': takes 0..10000 (0: off)")
         cfg.rx_holdoff = us * 1e-6
+    _hold_for_moderation(cfg, conn_user)
     if "rx_poll_target" in data:
         n = _want(src, "rx_poll_target", data["rx_poll_target"], int, "an integer")
         if not 0 <= n <= 4096:

@@ -95,6 +95,32 @@ def test_max_window_also_covers_a_target_queue_longer_than_half_the_base_rtt() -
     assert make(target_delay=0.2e-3).max_window == 15_000
 
 
+def test_the_hosts_polling_hold_is_not_a_queue() -> None:
+    # host_hold: what the hosts' receive moderation adds to a round trip.
+    # maxwnd covers it, and a sample carrying it reads as one without it.
+    assert make(target_delay=2e-3, host_hold=2e-3).max_window == \
+        pytest.approx(10_000 + RATE * 4e-3)
+    assert make(host_hold=1e-3).max_window == pytest.approx(15_000 + RATE * 1e-3)
+    held = make(initial_window=5000, target_delay=2e-3, host_hold=2e-3)
+    plain = make(initial_window=5000, target_delay=2e-3)
+    for c in (held, plain):
+        ack(c, 0.0, BASE, in_flight=0)  # a lucky sample: the base RTT
+    t = 0.0
+    for i, q in enumerate([0.1e-3, 1.5e-3, 2.5e-3, 0.5e-3, 3e-3, 0.0] * 5):
+        t = 1e-3 * (i + 1)
+        ack(held, t, BASE + 2e-3 + q)
+        ack(plain, t, BASE + q)
+        assert held._cwnd == pytest.approx(plain._cwnd)
+    assert held.stats()["fair_inc"] == plain.stats()["fair_inc"] > 0
+    assert held.stats()["proportional_inc"] == plain.stats()["proportional_inc"] > 0
+    # Without the hold the same samples read 2 ms more queue: fewer increases.
+    unheld = make(initial_window=5000, target_delay=2e-3)
+    ack(unheld, 0.0, BASE, in_flight=0)
+    for i, q in enumerate([0.1e-3, 1.5e-3, 2.5e-3, 0.5e-3, 3e-3, 0.0] * 5):
+        ack(unheld, 1e-3 * (i + 1), BASE + 2e-3 + q)
+    assert unheld._cwnd < held._cwnd
+
+
 # -- the four quadrants, decided by each packet's own delay and ECN ------------------
 
 
