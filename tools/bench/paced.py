@@ -21,7 +21,11 @@ checkout (``--baseline-tree PATH``, run with ``PYTHONPATH=PATH``);
 (skipped with the reason otherwise); ``tcp``: kernel TCP, one stream per
 plane, each bound to its plane's addresses (the same bytes over the same
 shaped planes); ``mptcp``: one kernel MPTCP connection with a subflow per
-plane (skipped without kernel MPTCP). Each sends for ``--time`` seconds
+plane (skipped without kernel MPTCP); ``udp``: the datagram floor, what the
+emulated fabric and the kernel's UDP path cost for datagrams like Braid's
+with no transport around them (1,472-byte datagrams, one sender per plane
+paced at 95% of ``--rate`` in UDP GSO batches of up to 8, segmented at the
+host's NIC as Braid's are; a receiver that only counts). Each sends for ``--time`` seconds
 from a common go; ``--rounds N`` runs the stacks N times in turn (load on
 a shared machine drifts) and reports the median round's figures and the
 worst round's worst cases. The clients are this file run as a script under
@@ -43,8 +47,14 @@ verdict is taken from it.
 
 Targets (shaped fabric): Braid's CPU-s/GB (all its processes, both ends)
 at most 1/5 of the baseline tree's; the machine's busy CPU per GB while
-Braid fills the planes at most 1.5x kernel TCP's. Root only; the testbed is
-removed at the end, also on failure and Ctrl-C.
+Braid fills the planes at most 1.5x kernel TCP's. Beside the second, the
+same ratio with the datagram floor taken out of Braid's figure: on this
+testbed the switches are namespaces on the same two cores and forward
+every datagram Braid sends one by one, where kernel TCP's segmentation
+offload carries ~44 segments through them as one buffer; on real hardware
+neither costs the host anything (docs/benchmarks.md, "The datagram
+floor"). Root only; the testbed is removed at the end, also on failure
+and Ctrl-C.
 """
 
 from __future__ import annotations
@@ -71,10 +81,20 @@ NAME = "paced"
 #: ``--rounds`` repeats the same runs (medians), ``--baseline-tree`` adds the
 #: baseline stack beside them: the docs' run may use both.
 SAME_MEASUREMENT = ("rounds", "baseline_tree")
-STACKS = ("braid", "baseline", "inproc", "tcp", "mptcp")
+STACKS = ("braid", "baseline", "inproc", "tcp", "mptcp", "udp")
 IPPROTO_MPTCP = 262
 FABRICS = ("shaped", "veth")
 TCP_PORT = 5311
+UDP_PORT = 5312
+#: The datagram floor: payload bytes per datagram (a 1,514-byte frame at
+#: MTU 1500, Braid's full-size DATA), datagrams per GSO send (Braid's host
+#: profile sprays runs of 8), and the share of each plane's rate it is paced at.
+UDP_PAYLOAD = 1472
+UDP_GSO = 8
+UDP_RATE_SHARE = 0.95
+UDP_FRAME_OVERHEAD = 42  # Ethernet 14 + IPv4 20 + UDP 8
+SOL_UDP = 17
+UDP_SEGMENT = 103
 CHUNK = 256 << 10
 WINDOW = 4 << 20
 #: Receive bins (seconds): the resolution of the longest stretch without delivery.
@@ -281,11 +301,95 @@ def _tcp_worker(spec: dict[str, Any]) -> None:
     _read_stdin_line()  # exit
 
 
+def _udp_worker(spec: dict[str, Any]) -> None:
+    """The datagram floor. rx: a socket per plane address, a thread each,
+    counting; tx: one pacing loop over the planes, each at ``rate`` bits/s
+    of frames, in GSO sends of up to ``UDP_GSO`` datagrams."""
+    seconds = float(spec["time"])
+    if spec["kind"] == "udp-rx":
+        socks = []
+        for a in spec["addrs"]:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            s.bind((a, UDP_PORT))
+            s.settimeout(0.05)
+            socks.append(s)
+        _emit({"ready": True, "pid": os.getpid()})
+        _read_stdin_line()  # go
+        bins = _Bins(time.monotonic(), seconds + 60)
+        done = threading.Event()
+
+        def serve(s: socket.socket) -> None:
+            buf = bytearray(65536)
+            while not done.is_set():
+                try:
+                    n = s.recv_into(buf)
+                except TimeoutError:
+                    continue
+                bins.add(n, time.monotonic())
+
+        threads = [threading.Thread(target=serve, args=(s,), daemon=True) for s in socks]
+        for t in threads:
+            t.start()
+        line = _read_stdin_line()  # stop N
+        want = int(line.split()[1]) if line.startswith("stop") else 0
+        # What is still on its way: until N bytes are in, or 0.5 s without any.
+        for _ in range(200):  # <= 10 s
+            if bins.bytes >= want or time.monotonic() - max(bins.last, bins.go) > 0.5:
+                break
+            time.sleep(0.05)
+        done.set()
+        for t in threads:
+            t.join(2)
+        _emit({"result": {"bytes": bins.bytes, "t_go": bins.go, "t_last": bins.last,
+                          "bins": bins.bins}})
+        _read_stdin_line()  # exit
+        return
+    import struct
+
+    socks = []
+    for a, b in zip(spec["addrs"], spec["peer_addrs"], strict=True):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        s.bind((a, 0))
+        s.connect((b, UDP_PORT))
+        socks.append(s)
+    block = os.urandom(UDP_PAYLOAD * UDP_GSO)
+    seg = [(SOL_UDP, UDP_SEGMENT, struct.pack("=H", UDP_PAYLOAD))]
+    # Datagrams per second per plane: the frame rate the plane's shaper allows.
+    pps = float(spec["rate"]) / 8 / (UDP_PAYLOAD + UDP_FRAME_OVERHEAD)
+    _emit({"ready": True, "pid": os.getpid()})
+    _read_stdin_line()  # go
+    go = time.monotonic()
+    sent = [0] * len(socks)  # datagrams per plane
+    errors = 0
+    while (now := time.monotonic()) < go + seconds:
+        for i, s in enumerate(socks):
+            due = int((now - go) * pps) - sent[i]
+            while due > 0:
+                k = min(due, UDP_GSO)
+                try:
+                    if k == 1:
+                        s.send(block[:UDP_PAYLOAD])
+                    else:
+                        s.sendmsg([block[:k * UDP_PAYLOAD]], seg)
+                except OSError:
+                    errors += 1  # a full buffer: the floor sends on, as Braid would
+                sent[i] += k
+                due -= k
+        time.sleep(0.0005)
+    _emit({"result": {"sent": sum(sent) * UDP_PAYLOAD, "t_go": go, "t_done": time.monotonic(),
+                      "send_errors": errors}})
+    _read_stdin_line()  # exit
+
+
 def worker(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     try:
         if spec["kind"].startswith("tcp"):
             _tcp_worker(spec)
+        elif spec["kind"].startswith("udp"):
+            _udp_worker(spec)
         else:
             # the daemons' and braid perf's loop (uvloop where installed); a
             # --baseline-tree may predate transport.eventloop
@@ -498,6 +602,32 @@ def verdicts(fabric: dict[str, Any]) -> list[dict[str, Any]]:
         TARGET_VS_BASELINE)
     one("machine busy CPU/GB with Braid <= 1.5x kernel TCP's", "braid", "tcp",
         "machine_busy_cpu_s_per_GB", TARGET_VS_TCP)
+    # The same with the datagram floor taken out: what Braid's own work
+    # costs, beside what the emulated switches charge every datagram.
+    key = "machine_busy_cpu_s_per_GB"
+    for name in ("braid", "inproc"):
+        a, f, t = st.get(name), st.get("udp"), st.get("tcp")
+        if not a or a.get("skipped") or a.get("error"):
+            continue
+        row = {"target": f"machine busy CPU/GB with {'Braid' if name == 'braid' else 'inproc'}"
+               " above the datagram floor <= 1.5x kernel TCP's", "limit": TARGET_VS_TCP,
+               "ratio": None, "verdict": None, "floor": True}
+        if not f or not t or any(x.get("error") or x.get("skipped") for x in (f, t)):
+            row["verdict"] = "no verdict: a stack did not run"
+        elif None in (a.get(key), f.get(key)) or not t.get(key):
+            row["verdict"] = "no verdict: no figure"
+        elif not f.get("complete"):
+            row["verdict"] = "no verdict: the datagram floor lost more than 1% of its datagrams"
+        else:
+            net = max(a[key] - f[key], 0.0)
+            ratio = round(net / t[key], 3)
+            row["ratio"] = ratio
+            row["values"] = {f"{name} - udp": round(net, 2), "tcp": t[key]}
+            if any(x.get("cpu_saturated") for x in (a, f, t)):
+                row["verdict"] = f"no verdict: {SATURATED_FLAG}"
+            else:
+                row["verdict"] = "met" if ratio <= TARGET_VS_TCP else "missed"
+        out.append(row)
     return out
 
 
@@ -724,6 +854,13 @@ class Run:
             tx = self._spawn("inproc-tx", {"kind": "inproc-tx", "time": secs, "peer": "h1",
                                            "config": str(daemons.config_path(tb, "h0"))},
                              tree, "h0")
+        elif stack == "udp":
+            a0 = [tb.address("h0", p) for p in tb.planes]
+            a1 = [tb.address("h1", p) for p in tb.planes]
+            rate = UDP_RATE_SHARE * float(self.args.rate) * 1e6
+            rx = self._spawn("udp-rx", {"kind": "udp-rx", "time": secs, "addrs": a1}, tree, "h1")
+            tx = self._spawn("udp-tx", {"kind": "udp-tx", "time": secs, "addrs": a0,
+                                        "peer_addrs": a1, "rate": rate}, tree, "h0")
         else:
             a0 = [tb.address("h0", p) for p in tb.planes]
             a1 = [tb.address("h1", p) for p in tb.planes]
@@ -742,12 +879,12 @@ class Run:
             deadline = time.monotonic() + 60
             for w in (rx, tx):
                 w.pid = int(w.line(deadline)["pid"])
-            client = "process" if stack in ("tcp", "mptcp") else "client"
+            client = "process" if stack in ("tcp", "mptcp", "udp") else "client"
             if stack == "inproc":
                 client = "endpoint"
             pids[f"tx {client}"] = int(tx.pid or 0)
             pids[f"rx {client}"] = int(rx.pid or 0)
-            if stack not in ("tcp", "mptcp"):
+            if stack not in ("tcp", "mptcp", "udp"):
                 braid_procs = list(pids)
             io0: dict[str, Any] = {h: _daemon_io(s) for h, s in socks.items()}
             b0 = ccpu.machine_columns()
@@ -801,6 +938,11 @@ class Run:
                                             {h: v for h, v in io1.items() if v}, wall)
         out["sent"] = txr.get("acked", txr.get("sent"))
         out["complete"] = out["bytes"] >= int(out["sent"] or 0) > 0
+        if stack == "udp":  # datagrams: no retransmission, so delivery is what arrived
+            lost = 1 - out["bytes"] / out["sent"] if out["sent"] else None
+            out["lost_share"] = None if lost is None else round(max(lost, 0.0), 4)
+            out["send_errors"] = txr.get("send_errors")
+            out["complete"] = lost is not None and lost <= 0.01
         if stack == "baseline":
             out["tree"] = str(tree)
             out["tree_commit"] = _tree_commit(tree)
@@ -1054,7 +1196,11 @@ def _markdown(data: dict[str, Any], plot: Path | None, args: argparse.Namespace,
         f"messages), `baseline` (the same from the tree at commit "
         f"{data['baseline_commit'] or '-'}), `inproc` (Braid's endpoint in the sender's and "
         f"the receiver's own process, `braid.open`, when the tree has it), `tcp` (kernel TCP, "
-        f"one stream per plane), `mptcp` (kernel MPTCP, one connection, a subflow per plane). "
+        f"one stream per plane), `mptcp` (kernel MPTCP, one connection, a subflow per plane), "
+        f"`udp` (the datagram floor: {UDP_PAYLOAD}-byte datagrams paced at "
+        f"{UDP_RATE_SHARE:.0%} of each plane's rate in GSO sends of up to {UDP_GSO}, "
+        f"segmented at the host's NIC like Braid's, to a receiver that only counts: what "
+        f"the emulated switches and the kernel's UDP path cost with no transport around it). "
         f"CPU-s/GB = CPU seconds per GB delivered: per process from /proc/PID/stat, the "
         f"machine's busy CPU from /proc/stat (softirq, the switch ports and other load on "
         f"the machine included). Worst cases: slowest 100 ms of delivery, longest stretch "
