@@ -39,7 +39,9 @@ def test_bench_paced_quick_completes_and_cleans_up(tmp_path: Path) -> None:
     for name in ran:
         r = stacks[name]
         assert "error" not in r, (name, r)
-        assert r["bytes"] > 0 and r["complete"], (name, r)
+        # The datagram floor has no retransmission: on a loaded machine its
+        # receiver may drop a share, which the row reports (lost_share).
+        assert r["bytes"] > 0 and (r["complete"] or name == "udp"), (name, r)
         assert r["goodput_mbit"] > 0 and r["capacity_share"] > 0
         assert r["process_cpu_s_per_GB"] and all(
             v is not None and v >= 0 for v in r["process_cpu_s_per_GB"].values()), r
@@ -54,7 +56,12 @@ def test_bench_paced_quick_completes_and_cleans_up(tmp_path: Path) -> None:
         wk = stacks[name]["wakeups"]["all"]
         assert wk["datagrams_per_s"] > 0
         assert wk["wakeups_per_s"] > 0 and wk["datagrams_per_wakeup"] > 0
-    assert len(data["fabrics"]["shaped"]["verdicts"]) == 2
+    # Two targets, then one "above the datagram floor" per Braid stack that ran.
+    floors = [v for v in data["fabrics"]["shaped"]["verdicts"] if v.get("floor")]
+    assert len(data["fabrics"]["shaped"]["verdicts"]) == 2 + len(floors)
+    assert {"braid", "udp"} <= ran and len(floors) == len({"braid", "inproc"} & ran)
+    assert stacks["udp"]["process_cpu_s_per_GB"].keys() == {"tx process", "rx process"}
+    assert 0 <= stacks["udp"]["lost_share"] <= 1
     assert (tmp_path / "paced.png").stat().st_size > 0
     assert "braid" in out and "tcp" in out  # the report table
     # This run's testbed namespaces (named after its pid) are gone again.

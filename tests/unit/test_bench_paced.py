@@ -125,8 +125,19 @@ def test_verdicts_met_missed_and_saturated() -> None:
         "baseline": _stack("baseline", {"tx daemon": 20.0}, busy_s=30.0),
         "tcp": _stack("tcp", {"tx process": 1.0}, busy_s=10.0)}}
     v = bp.verdicts(fab)
-    assert [x["verdict"] for x in v] == ["met", "met"]
-    assert v[0]["ratio"] == 0.1 and v[1]["ratio"] == 1.2
+    # Braid above the datagram floor: no verdict while the floor did not run.
+    assert [x["verdict"] for x in v] == ["met", "met", "no verdict: a stack did not run"]
+    assert v[0]["ratio"] == 0.1 and v[1]["ratio"] == 1.2 and v[2]["floor"]
+    udp = _stack("udp", {"tx process": 1.0}, busy_s=8.0)
+    udp["complete"] = True
+    fab["stacks"]["udp"] = udp
+    v = bp.verdicts(fab)
+    # (12 - 8) / 10 = 0.4 of TCP's machine CPU per GB once the floor is out.
+    assert v[2]["ratio"] == 0.4 and v[2]["verdict"] == "met"
+    assert v[2]["values"] == {"braid - udp": 4.0, "tcp": 10.0}
+    udp["complete"] = False
+    assert "lost more than 1%" in bp.verdicts(fab)[2]["verdict"]
+    del fab["stacks"]["udp"]
     fab["stacks"]["tcp"] = _stack("tcp", {"tx process": 1.0}, busy_s=4.0)
     assert bp.verdicts(fab)[1]["verdict"] == "missed"
     fab["stacks"]["baseline"] = _stack("baseline", {"tx daemon": 20.0}, busy_s=30.0,

@@ -50,11 +50,11 @@ at most 1/5 of the baseline tree's; the machine's busy CPU per GB while
 Braid fills the planes at most 1.5x kernel TCP's. Beside the second, the
 same ratio with the datagram floor taken out of Braid's figure: on this
 testbed the switches are namespaces on the same two cores and forward
-every datagram Braid sends one by one, where kernel TCP's segmentation
-offload carries ~44 segments through them as one buffer; on real hardware
-neither costs the host anything (docs/benchmarks.md, "The datagram
-floor"). Root only; the testbed is removed at the end, also on failure
-and Ctrl-C.
+every datagram Braid sends one by one, where kernel TCP hands them 64 KB
+buffers; on real hardware neither costs the host anything. The floor
+row measures that part, so Braid's own work can be judged apart from it
+(docs/benchmarks.md, "The datagram floor"). Root only; the testbed is
+removed at the end, also on failure and Ctrl-C.
 """
 
 from __future__ import annotations
