@@ -83,6 +83,12 @@ class CongestionController(Protocol):
         now, this one among them: they share the host's NICs."""
         ...
 
+    def set_line_rate(self, rate: float) -> None:
+        """The connection's line rate is now ``rate`` bytes/s: the planes
+        that are up (a parked plane carries nothing). A controller whose
+        window scales with the line rate rescales it."""
+        ...
+
     def on_plane_rtt(self, *, plane: int, rtt: float) -> None:
         """A round trip through ``plane`` (a SACK's echo; also when the packet
         was acknowledged already, by a faster plane's SACK): a multipath

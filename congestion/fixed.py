@@ -49,6 +49,9 @@ class FixedWindow:
     def set_senders(self, n: int) -> None:
         pass  # a fixed window is fixed
 
+    def set_line_rate(self, rate: float) -> None:
+        pass  # a fixed window is fixed
+
     def on_plane_rtt(self, *, plane: int, rtt: float) -> None:
         pass
 

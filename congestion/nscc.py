@@ -330,6 +330,18 @@ class Nscc(NsccDeviations):
 
     # -- CongestionController ----------------------------------------------------
 
+    def set_line_rate(self, rate: float) -> None:
+        """The planes that are up carry ``rate`` bytes/s (a plane parked or
+        back): maxwnd, the BDP and the pacer's cap follow it, and the window
+        is clamped to the new maxwnd. A maxwnd sized for two planes would
+        otherwise fill the one that survives past its buffer (decision 0030)."""
+        if rate <= 0 or rate == self.line_rate:
+            return
+        self.line_rate = rate
+        self._set_base(self.base_rtt)
+        self._cwnd = min(self._cwnd, self.max_window)
+        self._update_pacer()
+
     def set_senders(self, n: int) -> None:
         """Deviation 8: ``n`` connections of this host are sending; each gets
         1/n of maxwnd (the QuickAdapt gate and floor follow it)."""

@@ -117,6 +117,8 @@ class ConnCore:
             initial_psn=c.initial_psn,
         )
         self._events: deque[Event] = deque()
+        #: Planes not parked, as the controller was last told (its line rate).
+        self._planes_up: int = self.config.planes
         self._control: list[tuple[bytes, TxPath]] = []
         #: Data TxPaths by (plane << 24 | EV << 8 | DSCP): immutable, built once.
         self._tx_paths: dict[int, TxPath] = {}
@@ -236,7 +238,15 @@ class ConnCore:
 
     def _note_ev_changes(self) -> None:
         """Report EV state changes as events."""
-        self._events.extend(self.health.take_changes())
+        changes = self.health.take_changes()
+        if changes:
+            self._events.extend(changes)
+            # A plane parked or back: the controller's line rate is the
+            # planes that are up (decision 0030).
+            up = max(1, self.config.planes - len(self.paths.parked_planes()))
+            if up != self._planes_up:
+                self._planes_up = up
+                self.cc.set_line_rate(self.config.plane_rate * up)
 
     def _stir(self) -> None:
         """Something reached the connection: the next ``datagrams_to_send``

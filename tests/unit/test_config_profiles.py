@@ -38,8 +38,8 @@ def test_profile_values_are_copies() -> None:
 def test_the_daemon_starts_from_the_host_profile_and_checks_its_keys(tmp_path: Path) -> None:
     base = {"name": "h", "planes": ["127.0.0.1"], "socket": "s", "insecure": True}
     # The host profile, and the hold its receive moderation adds to a round
-    # trip (2 x rx_holdoff) told to the controller.
-    held = {**PROFILES["host"]["congestion_params"], "host_hold": 2e-3}
+    # trip and the hosts' scheduling (4 x rx_holdoff) told to the controller.
+    held = {**PROFILES["host"]["congestion_params"], "host_hold": 4e-3}
     cfg = parse_config(base, "t.toml", tmp_path)
     assert cfg.connection == profile("host", planes=1, congestion_params=held)
     cfg = parse_config({**base, "connection": {"ack_every": 4}}, "t.toml", tmp_path)
@@ -90,7 +90,7 @@ def test_congestion_params_go_over_the_profiles_and_are_checked(tmp_path: Path) 
     cfg = parse_config({**base, "connection": {"congestion_params": {"host_floor": True}}},
                        "t.toml", tmp_path)
     assert cfg.connection.congestion_params == {"burst_packets": 64, "target_delay": 2e-3,
-                                                "host_floor": True, "host_hold": 2e-3}
+                                                "host_floor": True, "host_hold": 4e-3}
     cfg = parse_config({**base, "connection": {"congestion_params": {"target_delay": 1e-3}}},
                        "t.toml", tmp_path)
     assert cfg.connection.congestion_params["target_delay"] == 1e-3
@@ -104,7 +104,8 @@ def test_congestion_params_go_over_the_profiles_and_are_checked(tmp_path: Path) 
 
 def test_the_controller_is_told_the_hold_of_the_hosts_polling(tmp_path: Path) -> None:
     # Up to one poll interval (rx_holdoff) at each end is the hosts' share of
-    # a round trip, not a queue: NSCC reads it as such (host_hold). A value
+    # a round trip, not a queue, and the hosts' scheduling as much again:
+    # NSCC reads 4 x rx_holdoff as such (host_hold). A value
     # in the table wins; no moderation, or a controller that does not read
     # it, gets none.
     base = {"name": "h", "planes": ["127.0.0.1"], "socket": "s", "insecure": True}
@@ -113,9 +114,9 @@ def test_the_controller_is_told_the_hold_of_the_hosts_polling(tmp_path: Path) ->
         cfg = parse_config({**base, **kw}, "t.toml", tmp_path)
         return cfg.connection.congestion_params.get("host_hold")
 
-    assert hold() == pytest.approx(2e-3)
-    assert hold(rx_holdoff_us=300) == pytest.approx(600e-6)
+    assert hold() == pytest.approx(4e-3)
+    assert hold(rx_holdoff_us=300) == pytest.approx(1.2e-3)
     assert hold(rx_holdoff_us=0) is None
     assert hold(connection={"congestion_params": {"host_hold": 0.0}}) == 0.0
-    assert hold(connection={"congestion": "nscc-uec"}) == pytest.approx(2e-3)
+    assert hold(connection={"congestion": "nscc-uec"}) == pytest.approx(4e-3)
     assert hold(connection={"congestion": "fixed"}) is None

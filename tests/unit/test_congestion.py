@@ -95,6 +95,22 @@ def test_max_window_also_covers_a_target_queue_longer_than_half_the_base_rtt() -
     assert make(target_delay=0.2e-3).max_window == 15_000
 
 
+def test_maxwnd_follows_the_planes_that_are_up() -> None:
+    # Two planes, one parked: the survivor's buffer must not be filled with
+    # a window sized for both; back up, the window may grow again.
+    c = make(target_delay=2e-3, host_hold=2e-3, initial_window=10**9)
+    full = c.max_window
+    assert c.cwnd == pytest.approx(full)
+    c.set_line_rate(RATE / 2)
+    assert c.max_window == pytest.approx(full / 2)
+    assert c.cwnd <= c.max_window and c.stats()["max_window"] == c.max_window
+    assert c._pacing_rate() <= RATE / 2
+    c.set_line_rate(RATE)
+    assert c.max_window == pytest.approx(full) and c.cwnd <= full / 2
+    c.set_line_rate(0)  # nonsense is ignored
+    assert c.line_rate == RATE
+
+
 def test_the_hosts_polling_hold_is_not_a_queue() -> None:
     # host_hold: what the hosts' receive moderation adds to a round trip.
     # maxwnd covers it, and a sample carrying it reads as one without it.
