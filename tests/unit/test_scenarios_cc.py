@@ -209,5 +209,7 @@ def test_busy_compound_reproduces_loss_as_mark_on_heavy_random_loss() -> None:
     for r in (on, off):
         assert not r["failed"] and r["rtos"] == 0, r
     assert on["md"] >= 10 and on["cwnd_min"] < 8 << 10, on
-    assert off["md"] <= 4 and off["cwnd_min"] > 64 << 10, off
+    # Off: no cut below the survivor's maxwnd (one plane's, once plane 0
+    # is parked: the line rate follows the planes that are up).
+    assert off["md"] <= 4 and off["cwnd_min"] >= 0.95 * off["max_window"] > 32 << 10, off
     assert off["max_gap"] < on["max_gap"], (on, off)
