@@ -192,6 +192,8 @@ class Nscc(NsccDeviations):
             "lost_bytes": 0.0,
             "timeouts": 0.0,
             "mark_revoked": 0.0,
+            "mark_revoked_random": 0.0,
+            "random_bytes": 0.0,
             "spurious_bytes": 0.0,
             "qa_undone": 0.0,
         }
@@ -255,15 +257,20 @@ class Nscc(NsccDeviations):
     def _delivered_since(self, start: float) -> int:
         return sum(b for t, b in self._delivered if t > start)
 
+    def _qa_span(self) -> float:
+        """The period QuickAdapt measures what got through over."""
+        period = self._qa_period()
+        if self.measured_rtt_periods:
+            # A queue-inflated RTT must not halve the measurement.
+            period = max(period, self._rtt_est())
+        return period
+
     def _quick_adapt(self, now: float) -> None:
         # The bytes that really got through in the last period are a safe
         # window; jumping there at once beats many MD steps when a plane dies
         # or an incast starts. Once per period, or a burst of loss reports
         # would ratchet the window down.
-        period = self._qa_period()
-        if self.measured_rtt_periods:
-            # A queue-inflated RTT must not halve the measurement.
-            period = max(period, self._rtt_est())
+        period = self._qa_span()
         if now - self._last_qa < period:
             return
         self._last_qa = now
@@ -522,6 +529,15 @@ class Nscc(NsccDeviations):
         if self.spurious_undo:
             self._undo_on_loss(now, before, lost_bytes)  # deviation 9
         self._update_pacer()
+
+    def on_random_loss(self, *, now: float, lost_bytes: int) -> None:
+        """Losses the classifier found random (transport/loss_policy.py,
+        ``LossKind.RANDOM``): no congestion signal, so not heard as
+        ``on_loss`` (a QuickAdapt for each of them ratchets the window down
+        by the loss rate every period). Read only by deviation 1."""
+        self._counts["random_bytes"] += lost_bytes
+        if self.loss_as_mark:
+            self._mark_on_random()  # deviation 1
 
     def on_spurious_loss(self, *, now: float, lost_bytes: int) -> None:
         self._counts["spurious_bytes"] += lost_bytes

@@ -94,6 +94,8 @@ class NsccDeviations:
         # turned on: if every one of them is acknowledged after all (a copy
         # only reordered behind a slower plane's), there was no overflow.
         self._mark_bytes = 0
+        # The window when delay last became the mark.
+        self._mark_cwnd = 0.0
         # Deviation 5: the marked fraction of the last whole RTT round.
         self._round_frac = 0.0
         # Deviation 4: the fraction of bytes acked with a mark, per RTT round,
@@ -157,10 +159,27 @@ class NsccDeviations:
             if not self._delay_is_mark:
                 self._mark_level = 0.0
                 self._mark_bytes = 0
+                self._mark_cwnd = self._cwnd
             self._delay_is_mark = True
             self._mark_level = max(self._mark_level, level)
         if self._delay_is_mark:
             self._mark_bytes += lost_bytes
+
+    def _mark_on_random(self) -> None:
+        # The loss classifier found the path losing at random (losses the
+        # cuts on delay did not stop): delay above target is no tail-drop
+        # queue's mark, and the delay a busy host adds would cut the window
+        # to one packet. Off until a loss is judged an overflow again.
+        if self._delay_is_mark:
+            self._delay_is_mark = False
+            self._counts["mark_revoked"] += 1
+            self._counts["mark_revoked_random"] += 1
+            if self._mark_cwnd > self._cwnd:
+                # Every cut on delay since it became the mark read a queue
+                # that was not there: the window comes back.
+                self._cwnd = self._clamp(self._mark_cwnd)
+                self._hold_until = -math.inf
+                self._update_pacer()
 
     def _mark_on_spurious(self, lost_bytes: int) -> None:
         # Deviation 1 stands down when every loss that turned it on (or kept

@@ -73,7 +73,7 @@ class NsccParams:
     #: ends' poll interval), seconds: not queueing, so each delay sample is
     #: read less it, and the window covers it. Like the line rate, a fact of
     #: the host, not of the algorithm: 0 unless the I/O layer polls (the
-    #: daemon and the in-process endpoint set 2 × ``rx_holdoff``;
+    #: daemon and the in-process endpoint set 4 × ``rx_holdoff``;
     #: docs/congestion.md, "Plain tail-drop links").
     host_hold: float = 0.0
 

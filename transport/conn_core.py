@@ -17,7 +17,7 @@ from transport.conn_state import TERMINAL, ConnEvent, ConnState, next_state
 from transport.datagram import TxPath
 from transport.events import ConnectionFailed, Event
 from transport.host_share import HostShare
-from transport.loss_policy import LossCause, LossHistory, QueueSensor, classify
+from transport.loss_policy import LossCause, LossHistory, LossKind, QueueSensor, classify
 from transport.path_health import PathHealth
 from transport.paths import PathPolicy, get_policy
 from transport.paths.rtt import PathModel
@@ -223,6 +223,11 @@ class ConnCore:
                             history=None if sensor is None else self.loss_history,
                             queue_level=0.0 if sensor is None else sensor.queue_level)
         cc_bytes = self.sender.on_verdicts(lost, verdicts)
+        if sensor is not None:
+            rand = sum(p.length for p, v in zip(lost, verdicts, strict=True)
+                       if v.kind is LossKind.RANDOM)
+            if rand:
+                sensor.on_random_loss(now=now, lost_bytes=rand)
         if cc_bytes or cause is LossCause.RTO:
             if sensor is not None:
                 # The classifier's overflow answer, the same for the batch.

@@ -28,6 +28,13 @@ as trims, ECN and delay, so:
 - ``HOST_NOISE``: no queue behind the loss and no failing path: corruption,
   a gray path, host jitter. One such loss is noise; a packet lost again
   after its resend this way goes out as twin copies.
+- ``RANDOM``: a queue stands behind the loss, but the path loses at random
+  (``LossHistory.at_random``: losses that the controller's cuts did not
+  stop). Not heard by the
+  controller, as noise is not: a window cut for each of a 30%-lossy path's
+  losses ends at one packet whatever the queue (the claims' compound row);
+  the controller hears that the path loses at random
+  (``QueueSensor.on_random_loss``). A repeat goes out as twin copies.
 - ``TIMEOUT``: declared by the RTO (or swept from the window after one):
   the controller hears an RTO's losses whatever the queue, and each condemns
   its EV; the sweep's were heard as the RTO itself, and judge their EVs as
@@ -49,7 +56,10 @@ connection, the highest queueing delay of each RTT and which RTTs had a
 loss, from the per-ACK delay a controller that measures it reports
 (``QueueSensor``: NSCC, each packet's RTT minus its plane's base RTT). A
 loss within the delay the path carries anyway (a busy host's scheduling
-delay) says nothing about a queue. The controller takes the answer
+delay) says nothing about a queue, and neither does any loss while the
+path loses at random (``LossHistory.at_random``: losses that went on in
+most RTTs while the controller cut the window on its queue).
+The controller takes the answer
 (``cc.on_loss(overflow=...)``; NSCC's deviation 1 turns delay into the mark
 on a fabric that never marked or trimmed) and does not judge again.
 
@@ -86,6 +96,10 @@ LOSS_THRESHOLD = 12
 #: them): copies there only feed the queue (an incast with 34% tail drops
 #: lost 6% of its goodput to them).
 TWIN_AFTER_LOSSES = 2
+#: Losses in at least half of this many RTTs (or more) after the first loss
+#: judged an overflow were not stopped by the controller's cuts: the path
+#: loses at random (``LossHistory.at_random``).
+UNSTOPPED_RTTS = 8
 #: ``LossHistory``'s per-RTT flags: a loss came in that RTT; its delay rose
 #: to an RTT with a loss (a queue filling up to the drop).
 _LOSS, _RISE = 2.0, 1.0
@@ -95,6 +109,7 @@ class LossKind(enum.Enum):
     CONGESTION = "congestion"
     PATH_FAILURE = "path_failure"
     HOST_NOISE = "host_noise"
+    RANDOM = "random"
     TIMEOUT = "timeout"
 
 
@@ -153,19 +168,30 @@ class QueueSensor(Protocol):
 
     def on_loss(self, *, now: float, lost_bytes: int, overflow: float | None = None) -> None: ...
 
+    def on_random_loss(self, *, now: float, lost_bytes: int) -> None:
+        """The classifier found the path losing at random (``LossKind.RANDOM``):
+        its losses are no congestion signal, whatever the queue."""
+        ...
+
 
 class LossHistory:
     """A connection's calm-delay history: per RTT-long bucket [start, highest
     queueing delay, ``_LOSS`` if a loss was reported in it, ``_RISE`` if its
-    delay rose to one, else 0], the last ``calm_rtts`` + 2 of them."""
+    delay rose to one, else 0], the last ``calm_rtts`` + 2 of them; and
+    whether the path loses at random (``at_random``)."""
 
-    __slots__ = ("_calm", "calm_rtts")
+    __slots__ = ("_calm", "_held", "_overflowed", "calm_rtts")
 
     def __init__(self, calm_rtts: int) -> None:
         if calm_rtts < 1:
             raise ValueError("calm_rtts must be >= 1")
         self.calm_rtts = calm_rtts
         self._calm: deque[list[float]] = deque()
+        # When the first overflow still in the history was judged (None:
+        # none); and since when the losses that went on after it as if
+        # nothing cut the window hold ``at_random`` (None: not held).
+        self._overflowed: float | None = None
+        self._held: float | None = None
 
     def note_delay(self, now: float, delay: float, rtt: float) -> None:
         """One ACK's queueing delay; a new bucket every ``rtt``."""
@@ -190,13 +216,40 @@ class LossHistory:
             return 0.0
         return max((calm[i][1] for i in range(n) if not calm[i][2]), default=0.0)
 
+    def at_random(self) -> bool:
+        """Does the path lose at random? Over at least ``UNSTOPPED_RTTS``
+        RTTs since the first loss judged an overflow, losses in at least
+        half of them: the controller cut the window on its queue all that
+        time (delay as the mark, once per RTT), and a buffer it overflowed
+        stops dropping a few cuts on (a daemon told a 100x line rate,
+        1.25 MB of window into a 128 KB tbf queue, stops within 4), while a
+        path losing at random (corruption, a gray link, a policer) drops
+        whatever the window. Held until fewer than half of the last
+        2 x ``UNSTOPPED_RTTS`` RTTs had a loss. While it holds, a loss that
+        comes with a queue says nothing about a buffer overflowing (the
+        claims' compound row on a busy host: 30% loss on the survivor, each
+        loss with the 2-4 ms the host's scheduling adds, read as overflows,
+        turned delay into the mark, and the host's delay then cut the window
+        to one packet)."""
+        return self._held is not None
+
+    def _lossy(self, since: float) -> bool:
+        """At least half the RTTs kept from ``since`` on had a loss."""
+        n = lost = 0
+        for b in self._calm:
+            if b[0] >= since:
+                n += 1
+                lost += b[2] == _LOSS
+        return n >= UNSTOPPED_RTTS and 2 * lost >= n
+
     def judge(self, level: float, target: float) -> float | None:
         """Losses reported to the controller now, with queueing delay
         ``level`` behind them (``QueueSensor.queue_level``): are they a
         tail-drop buffer overflowing? Only with a queue (``level`` at least
         the controller's ``target``) and more of it than the path carried
         without loss. Returns the delay it overflowed at (the higher of
-        ``level`` and the last two RTTs' peaks), else None. Records the loss."""
+        ``level`` and the last two RTTs' peaks), else None; None too while
+        the path loses at random (``at_random``). Records the loss."""
         calm = self._calm
         if calm:
             # This RTT had a loss, and the RTTs of a delay rising to it (each
@@ -208,7 +261,23 @@ class LossHistory:
             while j > 0 and calm[j - 1][1] < calm[j][1] and not calm[j - 1][2]:
                 calm[j - 1][2] = _RISE
                 j -= 1
-        if level >= target and level > self.ceiling():
+        if not calm:
+            return None
+        if self._held is not None:
+            # Held until fewer than half of the last 2 x UNSTOPPED_RTTS RTTs
+            # had a loss, judged once UNSTOPPED_RTTS have passed since.
+            recent = calm[max(0, len(calm) - 2 * UNSTOPPED_RTTS)][0]
+            if sum(1 for b in calm if b[0] >= self._held) >= UNSTOPPED_RTTS and \
+                    not self._lossy(recent):
+                self._held = None
+        elif self._overflowed is not None:
+            if self._overflowed < calm[0][0]:
+                self._overflowed = None  # it left the history
+            elif self._lossy(self._overflowed):
+                self._held, self._overflowed = calm[-1][0], None
+        if level >= target and level > self.ceiling() and not self.at_random():
+            if self._overflowed is None:
+                self._overflowed = calm[-1][0]
             peak = max((b[1] for b in list(calm)[-2:]), default=0.0)
             return max(level, peak)
         return None
@@ -256,6 +325,11 @@ def classify(lost: Sequence[SentPacket], *, cause: LossCause, srtt: float, min_r
             out.append(LossVerdict(kind, False, condemn, p.losses >= TWIN_AFTER_LOSSES))
     if history is not None and any(v.to_controller for v in out):
         level = history.judge(queue_level, target_delay)
-        if level is not None:
+        if history.at_random():
+            # A queue stands, but the path loses whatever it holds: no
+            # congestion signal (and a repeat goes out twice, as noise's).
+            out = [LossVerdict(LossKind.RANDOM, False, v.condemn, p.losses >= TWIN_AFTER_LOSSES)
+                   if v.to_controller else v for v, p in zip(out, lost, strict=True)]
+        elif level is not None:
             out = [replace(v, overflow=level) if v.to_controller else v for v in out]
     return out

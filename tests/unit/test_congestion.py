@@ -10,7 +10,7 @@ import pytest
 
 import congestion
 from congestion import AckSample, CongestionController, FixedWindow, Nscc
-from transport.loss_policy import LossHistory
+from transport.loss_policy import UNSTOPPED_RTTS, LossHistory
 
 MTU = 1000
 BASE = 1e-3
@@ -41,6 +41,9 @@ def lose(c: Nscc, now: float, lost_bytes: int = MTU) -> None:
     whether they are a tail-drop overflow, and ``c`` takes the answer."""
     h = _HISTORY.get(c)
     overflow = None if h is None else h.judge(c.queue_level, c.target_delay)
+    if h is not None and h.at_random():
+        c.on_random_loss(now=now, lost_bytes=lost_bytes)  # LossKind.RANDOM
+        return
     c.on_loss(now=now, lost_bytes=lost_bytes, overflow=overflow)
 
 
@@ -462,10 +465,18 @@ def test_frequent_losses_count_whatever_delay_was_carried_before() -> None:
     # the loss-free RTTs are too few to say what the path carries.
     c = make(probe_gain=0.0)
     t = _noisy_host(c, 20)
-    _noisy_host(c, 4, t=t, loss_every=1)  # the loss-free history still holds...
+    t = _noisy_host(c, 4, t=t, loss_every=1)  # the loss-free history still holds...
     assert c.stats()["delay_is_mark"] == 0.0
-    _noisy_host(c, 30, t=t + 4 * 2e-3, loss_every=1)  # ...until losses dominate
+    for _ in range(30):  # ...until losses dominate
+        t = _noisy_host(c, 1, t=t, loss_every=1)
+        if c.stats()["delay_is_mark"]:
+            break
     assert c.stats()["delay_is_mark"] == 1.0
+    # Cuts on delay would stop a buffer's drops; losses that go on in every
+    # RTT regardless say the path loses at random: delay stands down.
+    _noisy_host(c, UNSTOPPED_RTTS + 1, t=t, loss_every=1)
+    assert c.stats()["delay_is_mark"] == 0.0
+    assert c.stats()["mark_revoked_random"] == 1 and c.stats()["random_bytes"] >= MTU
 
 
 def test_delay_as_the_mark_stands_down_above_the_level_of_its_drop() -> None:

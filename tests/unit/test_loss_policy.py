@@ -12,6 +12,7 @@ from transport.ev_state import Ev, EvState
 from transport.loss_policy import (
     LOSS_PENALTY,
     TWIN_AFTER_LOSSES,
+    UNSTOPPED_RTTS,
     LossCause,
     LossHistory,
     LossKind,
@@ -138,14 +139,70 @@ def test_a_loss_with_more_queue_than_the_path_carried_without_loss_is_an_overflo
 
 
 def test_half_the_rtts_with_a_loss_void_the_ceiling() -> None:
+    # A queue standing at a tail-drop buffer: every other RTT loses at its top.
     h = LossHistory(32)
     for i in range(12):
         h.note_delay(i * RTT, 2e-3, RTT)
         if i % 2:
-            h.judge(0.0, 1.0)  # a loss without a queue: recorded, not an overflow
-    h.note_delay(12 * RTT, 1e-3, RTT)
-    assert h.ceiling() == 0.0
-    assert h.judge(1e-3, 0.5e-3) == 2e-3
+            h.judge(2e-3, 1.0)  # under the target: recorded, not an overflow
+    h.note_delay(12 * RTT, 1.8e-3, RTT)
+    assert h.ceiling() == 0.0 and not h.at_random()
+    assert h.judge(1.8e-3, 0.5e-3) == 2e-3
+
+
+def test_losses_the_cuts_do_not_stop_say_the_path_loses_at_random() -> None:
+    # An overflow judged, then losses at the same top level in every RTT for
+    # UNSTOPPED_RTTS RTTs: a buffer overflowed by the window the controller
+    # was cutting all that time would have stopped dropping.
+    h = _history([1e-3] * 10)
+    i = 10
+    h.note_delay(i * RTT, 3e-3, RTT)
+    assert h.judge(3e-3, 0.5e-3) == 3e-3
+    for i in range(11, 11 + UNSTOPPED_RTTS):
+        h.note_delay(i * RTT, 3e-3, RTT)
+        assert not h.at_random()
+        h.judge(3e-3, 0.5e-3)
+    assert h.at_random()
+    # Held while the losses go on in most RTTs...
+    for j in range(i + 1, i + 1 + 2 * UNSTOPPED_RTTS):
+        h.note_delay(j * RTT, 3e-3, RTT)
+        if j % 2:
+            assert h.judge(3e-3, 0.5e-3) is None
+    assert h.at_random()
+    # ...and calm RTTs end it.
+    for k in range(j + 1, j + 1 + 2 * UNSTOPPED_RTTS):
+        h.note_delay(k * RTT, 1e-3, RTT)
+    assert h.judge(3.5e-3, 0.5e-3) == 3.5e-3  # a loss above what was carried counts again
+    assert not h.at_random()
+
+
+def test_a_controller_that_stops_the_losses_keeps_its_overflow() -> None:
+    # Overflow, one more loss, then calm RTTs: the cuts worked.
+    h = _history([1e-3] * 10)
+    h.note_delay(10 * RTT, 3e-3, RTT)
+    assert h.judge(3e-3, 0.5e-3) == 3e-3
+    for i in range(11, 11 + 3 * UNSTOPPED_RTTS):
+        h.note_delay(i * RTT, 1.2e-3, RTT)
+        if i == 11:
+            h.judge(3e-3, 0.5e-3)
+    assert not h.at_random()
+
+
+def test_losses_on_a_path_that_loses_at_random_are_not_heard_and_repeats_go_twice() -> None:
+    ev = Ev(0, 7, 0)
+    h = _history([1e-3] * 10)
+    for i in range(10, 11 + UNSTOPPED_RTTS):  # an overflow, then losses not stopped
+        h.note_delay(i * RTT, 3e-3, RTT)
+        h.judge(3e-3, 0.5e-3)
+    assert h.at_random()
+    lost = [_lost(ev, losses=1), _lost(Ev(1, 3, 1), losses=TWIN_AFTER_LOSSES)]
+    out = classify(lost, cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
+                   target_delay=0.5e-3, health=_facts_answered_after(2.0),
+                   history=h, queue_level=3e-3)
+    assert [v.kind for v in out] == [LossKind.RANDOM, LossKind.RANDOM]
+    assert [v.to_controller for v in out] == [False, False]
+    assert [v.twin for v in out] == [False, True]
+    assert all(v.overflow is None for v in out)
 
 
 def test_the_overflow_rides_on_the_verdicts_the_controller_hears() -> None:

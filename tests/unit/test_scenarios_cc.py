@@ -192,24 +192,25 @@ def test_busy_host_with_random_loss_keeps_its_stream(seed: int) -> None:
     assert r["md"] == 0, r
 
 
-def test_busy_compound_reproduces_loss_as_mark_on_heavy_random_loss() -> None:
-    # The claims compound row on a busy host (0-3 ms
-    # host jitter; plane 0 dies and plane 1's last hop loses 30% of the
-    # data). The stream has seen no mark or trim before the fault; a random
-    # loss in the queue its window builds on the survivor turns delay-as-
-    # the-mark on, the host's delay then cuts the window and QuickAdapt
-    # ratchets it to a few packets (``braid bench sim``'s ``compound-busy``,
-    # a known worst case of the deviation; seeds 1-12: longest pause
-    # between messages median 101 ms, 35 with the deviation off). The
-    # transfer never fails and never times out either way. When the
-    # deviation learns to tell heavy random loss from a tail-drop queue
-    # overflowing, the first half is what changes.
+def test_busy_compound_heavy_random_loss_stands_delay_as_the_mark_down() -> None:
+    # The claims compound row on a busy host (0-3 ms host jitter; plane 0
+    # dies and plane 1's last hop loses 30% of the data). The stream has
+    # seen no mark or trim before the fault; a random loss in the queue its
+    # window builds on the survivor turns delay-as-the-mark on, and the
+    # host's delay cuts the window every RTT. The losses go on through those
+    # cuts, so the loss classifier finds the path losing at random: delay
+    # stands down, its cuts come back, and the losses are not heard as
+    # congestion. Before, QuickAdapt then ratcheted the window to one packet
+    # (longest pause between messages 166 ms on this seed, against 33 ms with
+    # the deviation off); now it holds the deviation-off figure within a
+    # few ms. The transfer never fails and never times out either way.
     on = C.scenario_busy_compound()
     off = C.scenario_busy_compound(loss_as_mark=False)
     for r in (on, off):
         assert not r["failed"] and r["rtos"] == 0, r
-    assert on["md"] >= 10 and on["cwnd_min"] < 8 << 10, on
+    assert on["mark_revoked_random"] >= 1 and on["random_bytes"] > 0, on
+    assert on["cwnd_min"] > 8 << 10 and on["quick_adapt"] == 0, on
+    assert on["max_gap"] <= 1.25 * off["max_gap"], (on, off)
     # Off: no cut below the survivor's maxwnd (one plane's, once plane 0
     # is parked: the line rate follows the planes that are up).
     assert off["md"] <= 4 and off["cwnd_min"] >= 0.95 * off["max_window"] > 32 << 10, off
-    assert off["max_gap"] < on["max_gap"], (on, off)
