@@ -42,6 +42,14 @@ class LossDetection(SendQueue):
         lost: list[SentPacket] = []
         largest = self.largest_acked_seq
         ev_acked = self._ev_acked_seq
+        # Every packet's threshold is at least the one with the connection's
+        # srtt as its base (``_threshold`` takes the largest of three, and
+        # the same sum of a larger base rounds no lower): a packet younger
+        # than that is not lost by time, and its own threshold need not be
+        # looked up (the same decisions, at a fraction of the lookups: most
+        # packets in flight are young).
+        floor = (self.rtt.srtt * (1 + self.reorder_fraction) + self.ack_delay
+                 + 2 * self.rtt.rttvar + self.reorder_extra)
         for p in self.inflight.values():
             if p.seq > largest:
                 break
@@ -49,7 +57,7 @@ class LossDetection(SendQueue):
             if p.seq < ev_acked.get(key, -1):
                 self.lost_by_ev_order += 1
                 lost.append(p)
-            elif now >= p.sent_time + self._threshold(key):
+            elif now >= p.sent_time + floor and now >= p.sent_time + self._threshold(key):
                 self.lost_by_time += 1
                 lost.append(p)
         for p in lost:

@@ -158,6 +158,9 @@ class EvSetCore:
             _Plane(p, self.evs[p * evs_per_plane : (p + 1) * evs_per_plane]) for p in range(planes)
         ]
         self._by_value = {ev.value: ev for ev in self.evs}
+        #: Planes parked or back so far: a watcher compares it with the count
+        #: it last saw instead of reading every plane's state per ACK.
+        self.plane_changes = 0
         #: Number of EVs in each state; policies read it to stop scanning early.
         self.counts: dict[EvState, int] = dict.fromkeys(EvState, 0)
         self.counts[GOOD] = len(self.evs)

@@ -261,6 +261,7 @@ class PlaneLiveness(EvSetCore):
     def _park(self, plane: _Plane, now: float, cause: str = "silence") -> None:
         plane.bad_at_park = frozenset(ev.index for ev in plane.evs if ev.state is ASSUMED_BAD)
         plane.state = PlaneState.PARKED
+        self.plane_changes += 1
         plane.parks += 1
         if len(self.park_log) < 4096:
             self.park_log.append((now, plane.index, self.srtt))
@@ -281,6 +282,7 @@ class PlaneLiveness(EvSetCore):
 
     def _unpark(self, plane: _Plane, now: float, answered: Ev | None = None) -> None:
         plane.state = PlaneState.UP
+        self.plane_changes += 1
         self._log_plane(now, plane, "up", "probe")
         self.model.heard[plane.index] = now
         # Sends before the park were answered or lost: start afresh.

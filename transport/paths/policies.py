@@ -45,6 +45,7 @@ class SprayPolicy(PathPolicy):
         n = self.ev_set.planes
         self.shares = PlaneShares(n) if plane_shares and n > 1 else None
         self._up = [True] * n
+        self._plane_changes = -1  # the EV set's count last seen (-1: never looked)
 
     def _pick(self, now: float, avoid: Ev | None) -> Ev | None:
         shares = self.shares
@@ -85,11 +86,14 @@ class SprayPolicy(PathPolicy):
             return
         # A plane parked or back from parking starts again from an even share.
         up = self._up
-        for p in range(len(up)):
-            now_up = self.ev_set.plane_state(p) is PlaneState.UP
-            if now_up != up[p]:
-                up[p] = now_up
-                shares.reset(p)
+        es = self.ev_set
+        if es.plane_changes != self._plane_changes:
+            self._plane_changes = es.plane_changes
+            for p in range(len(up)):
+                now_up = es.plane_state(p) is PlaneState.UP
+                if now_up != up[p]:
+                    up[p] = now_up
+                    shares.reset(p)
         if up[plane]:
             shares.on_rtt(plane, rtt, now)
 
