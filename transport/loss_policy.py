@@ -30,11 +30,10 @@ as trims, ECN and delay, so:
   after its resend this way goes out as twin copies.
 - ``RANDOM``: a queue stands behind the loss, but the path loses at random
   (``LossHistory.at_random``: losses that the controller's cuts did not
-  stop). Not heard by the
-  controller, as noise is not: a window cut for each of a 30%-lossy path's
-  losses ends at one packet whatever the queue (the claims' compound row);
-  the controller hears that the path loses at random
-  (``QueueSensor.on_random_loss``). A repeat goes out as twin copies.
+  stop). Not heard by the controller, as noise is not: a window cut for
+  each of a 30%-lossy path's losses ends at one packet whatever the queue
+  (the claims' compound row); the controller hears that the path loses at
+  random (``QueueSensor.on_random_loss``). A repeat goes out as twin copies.
 - ``TIMEOUT``: declared by the RTO (or swept from the window after one):
   the controller hears an RTO's losses whatever the queue, and each condemns
   its EV; the sweep's were heard as the RTO itself, and judge their EVs as
@@ -58,10 +57,10 @@ loss, from the per-ACK delay a controller that measures it reports
 loss within the delay the path carries anyway (a busy host's scheduling
 delay) says nothing about a queue, and neither does any loss while the
 path loses at random (``LossHistory.at_random``: losses that went on in
-most RTTs while the controller cut the window on its queue).
-The controller takes the answer
-(``cc.on_loss(overflow=...)``; NSCC's deviation 1 turns delay into the mark
-on a fabric that never marked or trimmed) and does not judge again.
+most RTTs while the controller cut the window on its queue). The
+controller takes the answer (``cc.on_loss(overflow=...)``; NSCC's
+deviation 1 turns delay into the mark on a fabric that never marked or
+trimmed) and does not judge again.
 
 This module is the single decider for the transport: no consumer
 classifies a loss itself.
