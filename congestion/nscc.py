@@ -257,20 +257,15 @@ class Nscc(NsccDeviations):
     def _delivered_since(self, start: float) -> int:
         return sum(b for t, b in self._delivered if t > start)
 
-    def _qa_span(self) -> float:
-        """The period QuickAdapt measures what got through over."""
-        period = self._qa_period()
-        if self.measured_rtt_periods:
-            # A queue-inflated RTT must not halve the measurement.
-            period = max(period, self._rtt_est())
-        return period
-
     def _quick_adapt(self, now: float) -> None:
         # The bytes that really got through in the last period are a safe
         # window; jumping there at once beats many MD steps when a plane dies
         # or an incast starts. Once per period, or a burst of loss reports
         # would ratchet the window down.
-        period = self._qa_span()
+        period = self._qa_period()
+        if self.measured_rtt_periods:
+            # A queue-inflated RTT must not halve the measurement.
+            period = max(period, self._rtt_est())
         if now - self._last_qa < period:
             return
         self._last_qa = now

@@ -13,6 +13,7 @@ from typing import Any
 
 from duplex import endpoints
 
+from congestion.nscc import Nscc
 from transport.events import MessageAcked, MessageDelivered
 
 
@@ -55,15 +56,15 @@ def test_unreachable_plane_is_parked_at_once_and_comes_back() -> None:
     assert parks[0][0] == min(e[0] for e in st["plane_log"] if e[0] >= t_down)  # type: ignore[attr-defined]
     assert 0 in conn.paths.parked_planes()
     # the controller's line rate is the planes that are up (decision 0030)
-    cfg = conn.config
-    line_rate = lambda: conn.cc.line_rate  # type: ignore[attr-defined]  # noqa: E731
-    assert line_rate() == cfg.plane_rate * (cfg.planes - 1)
+    cfg, cc = conn.config, conn.cc
+    assert isinstance(cc, Nscc)
+    assert cc.line_rate == cfg.plane_rate * (cfg.planes - 1)
     # the link is back: a probe of plane 0 is answered, the plane unparked
     a.datagrams_to_send = type(a).datagrams_to_send.__get__(a)  # type: ignore[method-assign]
     assert d.run_until(d.now + 5.0, lambda: 0 not in conn.paths.parked_planes())
     ups = [e for e in conn.stats()["plane_log"] if e[1] == 0 and e[2] == "up"]  # type: ignore[attr-defined]
     assert ups and ups[-1][4] == "probe" and ups[-1][0] > parks[0][0]
-    assert line_rate() == cfg.plane_rate * cfg.planes
+    assert cc.line_rate == cfg.plane_rate * cfg.planes
 
 
 def test_the_last_plane_up_is_never_parked_on_a_send_error() -> None:
