@@ -99,7 +99,12 @@ class ConnCore:
         #: The loss classifier's per-connection delay history, fed by a
         #: controller that measures queueing delay (None: it does not).
         self.loss_history: LossHistory | None = None
+        #: The controller as a ``QueueSensor``, decided once here (None: it
+        #: measures no queueing delay): a runtime protocol check costs ~8 us,
+        #: too much for every batch of losses.
+        self._sensor: QueueSensor | None = None
         if isinstance(self.cc, QueueSensor):
+            self._sensor = self.cc
             self.loss_history = LossHistory(self.cc.calm_rtts)
             self.cc.report_delays(self.loss_history.note_delay)
         #: The endpoint's sending connections, which share its maxwnd (None: alone).
@@ -217,7 +222,7 @@ class ConnCore:
         if not lost:
             return
         rtt, cc = self.sender.rtt, self.cc
-        sensor = cc if self.loss_history is not None and isinstance(cc, QueueSensor) else None
+        sensor = self._sensor
         verdicts = classify(lost, cause=cause, srtt=rtt.srtt, min_rtt=rtt.min_rtt,
                             target_delay=cc.target_delay, health=self.health,
                             history=None if sensor is None else self.loss_history,

@@ -136,6 +136,10 @@ class LossVerdict:
     #: delay it overflowed at; None: not one. Set on the verdicts the
     #: controller hears, and the same for all of one batch.
     overflow: float | None = None
+    #: Lost on a plane that had answered nothing sent since the packet left
+    #: (``SentPacket.displaced``: a later loss of it is twinned whatever
+    #: the queue, ``TWIN_AFTER_LOSSES``).
+    displaced: bool = False
 
 
 class PathFacts(Protocol):
@@ -304,7 +308,7 @@ def classify(lost: Sequence[SentPacket], *, cause: LossCause, srtt: float, min_r
     for p in lost:
         ev = p.ev
         failing = False
-        condemn = False
+        condemn = silent = False
         if ev is not None:
             before = health.loss_score(ev)
             failing = before > 0 or ev.state is not EvState.GOOD
@@ -314,20 +318,27 @@ def classify(lost: Sequence[SentPacket], *, cause: LossCause, srtt: float, min_r
             silent = health.plane_answered_sent(ev.plane) < p.sent_time
             condemn = cause is LossCause.RTO or silent or score >= LOSS_THRESHOLD
             scores[ev.value] = 0 if condemn else score
+        again = p.losses >= TWIN_AFTER_LOSSES
         if timeout:
-            out.append(LossVerdict(LossKind.TIMEOUT, cause is LossCause.RTO, condemn, False))
+            out.append(LossVerdict(LossKind.TIMEOUT, cause is LossCause.RTO, condemn, False,
+                                   displaced=silent))
         elif queue:
+            # A queue stands: copies would feed it, except for a packet a
+            # failing plane displaced (a bounded set: what was in flight on
+            # it), lost again on the plane it was moved to.
             kind = LossKind.PATH_FAILURE if failing else LossKind.CONGESTION
-            out.append(LossVerdict(kind, not failing, condemn, False))
+            out.append(LossVerdict(kind, not failing, condemn, again and p.displaced,
+                                   displaced=silent))
         else:
             kind = LossKind.PATH_FAILURE if condemn else LossKind.HOST_NOISE
-            out.append(LossVerdict(kind, False, condemn, p.losses >= TWIN_AFTER_LOSSES))
+            out.append(LossVerdict(kind, False, condemn, again, displaced=silent))
     if history is not None and any(v.to_controller for v in out):
         level = history.judge(queue_level, target_delay)
         if history.at_random():
             # A queue stands, but the path loses whatever it holds: no
             # congestion signal (and a repeat goes out twice, as noise's).
-            out = [LossVerdict(LossKind.RANDOM, False, v.condemn, p.losses >= TWIN_AFTER_LOSSES)
+            out = [replace(v, kind=LossKind.RANDOM, to_controller=False,
+                           twin=p.losses >= TWIN_AFTER_LOSSES)
                    if v.to_controller else v for v, p in zip(out, lost, strict=True)]
         elif level is not None:
             out = [replace(v, overflow=level) if v.to_controller else v for v in out]

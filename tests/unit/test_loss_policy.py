@@ -101,6 +101,43 @@ def test_a_plane_silent_since_the_packet_left_condemns_at_once() -> None:
     assert v.condemn and v.kind is LossKind.PATH_FAILURE and not v.twin
 
 
+def test_a_packet_a_silent_plane_displaced_goes_out_twice_when_lost_again_behind_a_queue(
+) -> None:
+    """Lost on a plane silent since it left, resent on another plane and
+    lost there too, with a queue standing: twins (the claims' compound row,
+    a dead plane's window resent onto a 30%-lossy survivor). A packet that
+    no failing plane displaced, lost twice behind a queue, is not twinned:
+    copies there only feed the queue."""
+    dead, survivor = Ev(0, 7, 0), Ev(1, 9, 2)
+    facts = Facts(answered={0: 2.0, 1: 4.0})
+    p = _lost(dead, sent=3.0)
+    (first,) = classify([p], cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
+                        target_delay=0.0, health=facts)
+    assert first.displaced and first.condemn and not first.twin
+    p.displaced = first.displaced  # as InflightTable.on_verdicts records it
+    p.ev, p.sent_time, p.losses = survivor, 3.5, TWIN_AFTER_LOSSES
+    q = _lost(survivor, sent=3.5, losses=TWIN_AFTER_LOSSES)
+    again, other = classify([p, q], cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
+                            target_delay=0.0, health=facts)
+    assert again.kind is LossKind.CONGESTION and again.twin and not again.displaced
+    assert other.kind is LossKind.CONGESTION and not other.twin
+    # Once: the first loss on the survivor is the resend's own first.
+    p.losses = 1
+    (once,) = classify([p], cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
+                       target_delay=0.0, health=facts)
+    assert not once.twin
+
+
+def test_the_sender_records_a_displacement_with_the_verdicts() -> None:
+    conn = Connection(config=ConnectionConfig(planes=2), secret=None, local_cid=1, now=0.0,
+                      initiator=True)
+    s = conn.sender
+    p = _lost(Ev(0, 7, 0), sent=3.0)
+    s.on_verdicts([p], classify([p], cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
+                                target_delay=0.0, health=Facts(answered={0: 2.0})))
+    assert p.displaced
+
+
 def test_timeouts_reach_the_controller_but_a_sweep_does_not() -> None:
     ev = Ev(0, 7, 0)
     (rto,) = classify([_lost(ev)], cause=LossCause.RTO, srtt=CALM, min_rtt=MIN_RTT,
@@ -227,8 +264,10 @@ def test_a_connection_keeps_a_loss_history_only_for_a_controller_that_measures_d
     conn = Connection(config=ConnectionConfig(planes=2), secret=None, local_cid=1, now=0.0,
                       initiator=True)
     assert isinstance(conn.cc, QueueSensor) and conn.loss_history is not None
+    assert conn._sensor is conn.cc  # decided once, at construction
     assert conn.loss_history.calm_rtts == conn.cc.calm_rtts
     fixed = Connection(config=ConnectionConfig(planes=2, congestion="fixed"), secret=None,
                        local_cid=1, now=0.0, initiator=True)
     assert not isinstance(fixed.cc, QueueSensor) and fixed.loss_history is None
+    assert fixed._sensor is None
     assert isinstance(congestion.get("nscc-uec"), QueueSensor)
