@@ -9,7 +9,10 @@ has, and each consumer reads the answer instead of deciding again:
 - path health condemns the EV (ASSUMED_BAD) only when the verdict says
   ``condemn``; every other loss is evidence about the plane only;
 - the scheduler resends as two copies on two EVs what the verdict marks
-  ``twin`` (``TWIN_AFTER_LOSSES``).
+  ``twin`` (``TWIN_AFTER_LOSSES``): a packet lost again with no queue
+  behind it, or lost again after a plane that went silent under it
+  displaced it (``LossVerdict.displaced``, whatever the queue: decision
+  0032).
 
 The classes (``LossKind``) and why. In a trimming fabric congestion shows up
 as trims, ECN and delay, so:
@@ -93,7 +96,12 @@ LOSS_THRESHOLD = 12
 #: copies make a further loss the square of the path's loss rate; they cost
 #: (loss rate)^2 of the traffic. Not for congestive losses (a queue behind
 #: them): copies there only feed the queue (an incast with 34% tail drops
-#: lost 6% of its goodput to them).
+#: lost 6% of its goodput to them). Except for a packet a silent plane
+#: displaced (``LossVerdict.displaced``): what was in flight on a dying
+#: plane is a bounded set, and its resends on a lossy survivor behind the
+#: queue the survivor's new load builds were otherwise lost one copy at a
+#: time (virtual time, ``compound-busy`` seed 8: a 243 ms pause; decision
+#: 0032).
 TWIN_AFTER_LOSSES = 2
 #: Losses in at least half of this many RTTs (or more) after the first loss
 #: judged an overflow were not stopped by the controller's cuts: the path
