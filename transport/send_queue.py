@@ -45,9 +45,8 @@ class SentPacket:
     cc_lost: bool = False
     #: Times declared lost by the loss rules (not counting tail-loss probes).
     losses: int = 0
-    #: A loss of it was on a plane that had answered nothing sent since it
-    #: left (a plane failing under it): its resends go to other planes, and
-    #: a loss there is not its first (``LossVerdict.displaced``).
+    #: A plane failure displaced it: a loss of it was on a plane parked
+    #: since (``LossVerdict.displaced``).
     displaced: bool = False
     #: Its latest resend went out as two copies on two EVs with one
     #: timestamp (``TWIN_AFTER_LOSSES``; ``InflightTable.on_verdicts`` sets

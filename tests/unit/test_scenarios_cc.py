@@ -222,8 +222,8 @@ def test_busy_compound_a_dead_planes_packets_are_not_lost_again_and_again() -> N
     # plane's packets, resent onto the 30%-lossy survivor behind a queue,
     # were resent one copy at a time and lost again and again (longest pause
     # between messages 243 ms, against 32 ms with the deviation off). A
-    # packet a silent plane displaced goes out as twins when it is lost
-    # again (``LossVerdict.displaced``): 44.5 ms.
+    # packet whose previous loss was on the plane parked since goes out as
+    # twins when it is lost again (``LossVerdict.displaced``): 45 ms, 32.
     on = C.scenario_busy_compound(seed=8)
     off = C.scenario_busy_compound(seed=8, loss_as_mark=False)
     for r in (on, off):
