@@ -139,8 +139,6 @@ class InflightTable(LossDetection):
         for p, v in zip(lost, verdicts, strict=True):
             if v.twin:
                 p.twin = True
-            if v.displaced:
-                p.displaced = True
             if v.to_controller:
                 p.cc_lost = True
                 cc_bytes += p.length

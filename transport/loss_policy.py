@@ -9,9 +9,7 @@ has, and each consumer reads the answer instead of deciding again:
 - path health condemns the EV (ASSUMED_BAD) only when the verdict says
   ``condemn``; every other loss is evidence about the plane only;
 - the scheduler resends as two copies on two EVs what the verdict marks
-  ``twin`` (``TWIN_AFTER_LOSSES``): a packet lost again with no queue
-  behind it, or lost again after a plane parked for its failure displaced
-  it (``LossVerdict.displaced``, whatever the queue: decision 0032).
+  ``twin`` (``TWIN_AFTER_LOSSES``).
 
 The classes (``LossKind``) and why. In a trimming fabric congestion shows up
 as trims, ECN and delay, so:
@@ -95,12 +93,7 @@ LOSS_THRESHOLD = 12
 #: copies make a further loss the square of the path's loss rate; they cost
 #: (loss rate)^2 of the traffic. Not for congestive losses (a queue behind
 #: them): copies there only feed the queue (an incast with 34% tail drops
-#: lost 6% of its goodput to them). Except for a packet a parked plane
-#: displaced (``LossVerdict.displaced``): what was in flight on a dead
-#: plane is a bounded set, and its resends on a lossy survivor, behind the
-#: queue the survivor's new load builds, were otherwise lost one copy at a
-#: time (virtual time, ``compound-busy`` seed 8: a 243 ms pause; decision
-#: 0032).
+#: lost 6% of its goodput to them).
 TWIN_AFTER_LOSSES = 2
 #: Losses in at least half of this many RTTs (or more) after the first loss
 #: judged an overflow were not stopped by the controller's cuts: the path
@@ -143,10 +136,6 @@ class LossVerdict:
     #: delay it overflowed at; None: not one. Set on the verdicts the
     #: controller hears, and the same for all of one batch.
     overflow: float | None = None
-    #: The packet was displaced by a plane failure: its previous loss was on
-    #: a plane parked now (``SentPacket.displaced`` keeps it; this and every
-    #: later loss of it is twinned whatever the queue, ``TWIN_AFTER_LOSSES``).
-    displaced: bool = False
 
 
 class PathFacts(Protocol):
@@ -157,9 +146,6 @@ class PathFacts(Protocol):
 
     def plane_answered_sent(self, plane: int) -> float:
         """Send time of the newest packet of ``plane`` answered (-inf: none)."""
-
-    def plane_parked(self, plane: int) -> bool:
-        """Is ``plane`` parked (found failing, out of the spray)?"""
 
 
 @runtime_checkable
@@ -319,9 +305,6 @@ def classify(lost: Sequence[SentPacket], *, cause: LossCause, srtt: float, min_r
         ev = p.ev
         failing = False
         condemn = False
-        # Its previous loss (still charged: not taken back as late) was on a
-        # plane parked since: a plane failure displaced it.
-        displaced = p.displaced or (p.lost_plane >= 0 and health.plane_parked(p.lost_plane))
         if ev is not None:
             before = health.loss_score(ev)
             failing = before > 0 or ev.state is not EvState.GOOD
@@ -331,27 +314,20 @@ def classify(lost: Sequence[SentPacket], *, cause: LossCause, srtt: float, min_r
             silent = health.plane_answered_sent(ev.plane) < p.sent_time
             condemn = cause is LossCause.RTO or silent or score >= LOSS_THRESHOLD
             scores[ev.value] = 0 if condemn else score
-        again = p.losses >= TWIN_AFTER_LOSSES
         if timeout:
-            out.append(LossVerdict(LossKind.TIMEOUT, cause is LossCause.RTO, condemn, False,
-                                   displaced=displaced))
+            out.append(LossVerdict(LossKind.TIMEOUT, cause is LossCause.RTO, condemn, False))
         elif queue:
-            # A queue stands: copies would feed it, except for a packet a
-            # parked plane displaced (a bounded set: what was in flight on
-            # it), lost again on the plane it was moved to.
             kind = LossKind.PATH_FAILURE if failing else LossKind.CONGESTION
-            out.append(LossVerdict(kind, not failing, condemn, again and displaced,
-                                   displaced=displaced))
+            out.append(LossVerdict(kind, not failing, condemn, False))
         else:
             kind = LossKind.PATH_FAILURE if condemn else LossKind.HOST_NOISE
-            out.append(LossVerdict(kind, False, condemn, again, displaced=displaced))
+            out.append(LossVerdict(kind, False, condemn, p.losses >= TWIN_AFTER_LOSSES))
     if history is not None and any(v.to_controller for v in out):
         level = history.judge(queue_level, target_delay)
         if history.at_random():
             # A queue stands, but the path loses whatever it holds: no
             # congestion signal (and a repeat goes out twice, as noise's).
-            out = [replace(v, kind=LossKind.RANDOM, to_controller=False,
-                           twin=p.losses >= TWIN_AFTER_LOSSES)
+            out = [LossVerdict(LossKind.RANDOM, False, v.condemn, p.losses >= TWIN_AFTER_LOSSES)
                    if v.to_controller else v for v, p in zip(out, lost, strict=True)]
         elif level is not None:
             out = [replace(v, overflow=level) if v.to_controller else v for v in out]

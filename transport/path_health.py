@@ -16,7 +16,6 @@ import math
 from collections.abc import Iterable, Sequence
 
 from transport.datagram import TxPath
-from transport.ev_state import PlaneState
 from transport.events import EvStateChanged
 from transport.loss_policy import LOSS_PENALTY, LossVerdict
 from transport.paths import Ev, PathPolicy
@@ -67,9 +66,6 @@ class PathHealth:
 
     def plane_answered_sent(self, plane: int) -> float:
         return self.paths.ev_set.plane_answered_sent(plane)
-
-    def plane_parked(self, plane: int) -> bool:
-        return self.paths.ev_set.plane_state(plane) is PlaneState.PARKED
 
     def on_sent(self, ev: Ev, now: float) -> None:
         """A data packet left on ``ev`` (times the plane's unanswered sends)."""

@@ -45,9 +45,6 @@ class SentPacket:
     cc_lost: bool = False
     #: Times declared lost by the loss rules (not counting tail-loss probes).
     losses: int = 0
-    #: A plane failure displaced it: a loss of it was on a plane parked
-    #: since (``LossVerdict.displaced``).
-    displaced: bool = False
     #: Its latest resend went out as two copies on two EVs with one
     #: timestamp (``TWIN_AFTER_LOSSES``; ``InflightTable.on_verdicts`` sets
     #: it): only a SACK it triggered says which EV carried the copy that

@@ -257,9 +257,8 @@ def scenario_busy_compound(*, client: Client = "pipelined", jitter: float = 3e-3
     losses go on through ``UNSTOPPED_RTTS`` RTTs of those cuts
     (transport/loss_policy.py): delay stands down, its cuts are given back,
     and the losses are no longer heard as congestion. A window that
-    collapses in fewer RTTs than that (seeds 8 and 9) is carried by the
-    twins a parked plane's displaced packets get when lost again (decision
-    0032); the figures for seeds 1-12 are in docs/benchmarks.md."""
+    collapses in fewer RTTs than that (seeds 8 and 9) still stalls; the
+    figures for seeds 1-12 are in docs/benchmarks.md."""
     fab = claims_fabric(("a", "b"), seed=seed, jitter=jitter)
     cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed)
     cfg = replace(cfg, congestion_params={**cfg.congestion_params, "loss_as_mark": loss_as_mark})

@@ -30,20 +30,15 @@ class Facts:
     """Path health's answers, as plain tables."""
 
     def __init__(self, scores: dict[int, int] | None = None,
-                 answered: dict[int, float] | None = None,
-                 parked: set[int] | None = None) -> None:
+                 answered: dict[int, float] | None = None) -> None:
         self.scores = scores or {}
         self.answered = answered or {}
-        self.parked = parked or set()
 
     def loss_score(self, ev: Ev) -> int:
         return self.scores.get(ev.value, 0)
 
     def plane_answered_sent(self, plane: int) -> float:
         return self.answered.get(plane, -math.inf)
-
-    def plane_parked(self, plane: int) -> bool:
-        return plane in self.parked
 
 
 def _lost(ev: Ev, sent: float = 1.0, losses: int = 1) -> SentPacket:
@@ -104,43 +99,6 @@ def test_a_plane_silent_since_the_packet_left_condemns_at_once() -> None:
     (v,) = classify([_lost(ev, sent=3.0)], cause=LossCause.INFERRED, srtt=CALM,
                     min_rtt=MIN_RTT, target_delay=0.0, health=_facts_answered_after(2.0))
     assert v.condemn and v.kind is LossKind.PATH_FAILURE and not v.twin
-
-
-def test_a_packet_a_parked_plane_displaced_goes_out_twice_when_lost_again_behind_a_queue(
-) -> None:
-    """Lost on a plane parked since, resent on another plane and lost there
-    too, with a queue standing: twins (the claims' compound row, a dead
-    plane's window resent onto a 30%-lossy survivor), and for every later
-    loss of it. A packet lost twice behind a queue whose first loss was on a
-    plane still up is not twinned (a tail-drop incast: the plane of a deep
-    queue answers nothing for a while, and copies only feed the queue)."""
-    dead, survivor = Ev(0, 7, 0), Ev(1, 9, 2)
-    up = Facts(answered={0: 2.0, 1: 4.0})
-    parked = Facts(answered={0: 2.0, 1: 4.0}, parked={0})
-    p = _lost(survivor, sent=3.5, losses=TWIN_AFTER_LOSSES)
-    p.lost_plane = dead.plane  # its first loss, charged to plane 0
-    (still_up,) = classify([p], cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
-                           target_delay=0.0, health=up)
-    assert still_up.kind is LossKind.CONGESTION and not still_up.twin
-    assert not still_up.displaced
-    (again,) = classify([p], cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
-                        target_delay=0.0, health=parked)
-    assert again.kind is LossKind.CONGESTION and again.twin and again.displaced
-    # Kept: lost a third time, its previous loss on the survivor, still twins.
-    conn = Connection(config=ConnectionConfig(planes=2), secret=None, local_cid=1, now=0.0,
-                      initiator=True)
-    conn.sender.on_verdicts([p], [again])
-    assert p.displaced and p.lost_plane == survivor.plane
-    p.losses += 1
-    (third,) = classify([p], cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
-                        target_delay=0.0, health=parked)
-    assert third.twin
-    # A first loss is never twinned, displaced or not.
-    q = _lost(survivor, sent=3.5)
-    q.lost_plane, q.displaced = dead.plane, True
-    (first,) = classify([q], cause=LossCause.INFERRED, srtt=QUEUED, min_rtt=MIN_RTT,
-                        target_delay=0.0, health=parked)
-    assert not first.twin
 
 
 def test_timeouts_reach_the_controller_but_a_sweep_does_not() -> None:
