@@ -37,7 +37,16 @@ from tools.claims import fabric as cf
 from tools.claims import metrics as m
 from tools.claims.fabric import REPO, ClaimsFabric
 from tools.claims.linkbins import first_after, link_bins
-from tools.claims.runs import Ctx, _braid_stat, _fault_time, _record, _rtos, plane_events, stream
+from tools.claims.runs import (
+    Ctx,
+    _braid_stat,
+    _fault_time,
+    _record,
+    _rtos,
+    _sender_state,
+    plane_events,
+    stream,
+)
 
 ROW = "taildrop"
 #: The silent fault: the switch's end of h0's plane-0 link goes down.
@@ -180,6 +189,15 @@ def delivery_stall(arrivals: list[float], t_fault: float, dur: float) -> dict[st
             else round(max(0.0, lp[0] - spacing) * 1000, 2)}
 
 
+def short_at_ms(total: list[int], target: float, end: int) -> list[float]:
+    """When (ms after go) each 10 ms bin at speed fell below ``target``
+    (``bin_figures``' span; at most 50 of them)."""
+    at = next((i for i in range(FIRST_BIN, end) if total[i] >= target), None)
+    if at is None:
+        return []
+    return [i * m.BIN_S * 1000 for i in range(at, end) if total[i] < target][:50]
+
+
 def short_bins(survivor: list[int], t_fault: float, end: int, target: float) -> int:
     """10 ms bins wholly after the fault (to ``end``) below ``target``: beside
     the hold, whether one late dip or the whole way set it."""
@@ -210,7 +228,12 @@ def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
         "links_used": links, "tail_drops": sum(max(0, v - d0.get(k, 0)) for k, v in d1.items()),
         "samples": len(samples), "rtos": _rtos(stack, res, [0]), "complete": ok,
         "goodput_mbps": sum(_bins0(res)[FIRST_BIN:end]) * 8
-        / (max(1, end - FIRST_BIN) * m.BIN_S) / 1e6}
+        / (max(1, end - FIRST_BIN) * m.BIN_S) / 1e6,
+        # Diagnosis, not judged: when the bins fell short (ms after go) and,
+        # for Braid, what its controller did over the run.
+        "short_at_ms": short_at_ms(total, RATE_SHARE * links * link_bin, end)}
+    if stack.startswith("braid"):
+        out["sender"] = _sender_state(res)
     if faults:
         fault = _fault_time(res, FAULT, t_fault)
         tf = fault[1]
