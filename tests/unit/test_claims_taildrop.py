@@ -84,6 +84,14 @@ def test_bin_figures_count_from_the_first_bin_at_speed() -> None:
     assert slow["at_speed_ms"] is None and slow["bins_at_rate_share"] == 0.0
 
 
+def test_short_bins_are_named_by_when_they_fell_short_once_at_speed() -> None:
+    # The slow start before speed is not a short bin; a dip after it is.
+    total = [0] * 10 + [100] * 40 + [50] + [100] * 49
+    assert td.short_at_ms(total, 90, 100) == [pytest.approx(50 * BIN_S * 1000)]
+    assert td.short_at_ms([10] * 100, 90, 100) == []  # never at speed
+    assert len(td.short_at_ms([0] * 10 + [100] + [0] * 89, 90, 100)) == 50  # bounded
+
+
 def test_resends_per_packet_from_braid_stats_and_kernel_counters() -> None:
     braid = {0: {"conns": [{"packets_sent": 1000, "retransmissions": 5}]},
              1: {"conns": [{"packets_sent": 30, "retransmissions": 0}]}}  # the receiver's
