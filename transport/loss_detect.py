@@ -32,9 +32,13 @@ class LossDetection(SendQueue):
     # -- loss inference ----------------------------------------------------------
 
     def _threshold(self, key: int) -> float:
+        """The time rule's wait for a packet last sent on EV ``key``: the
+        slowest of its EV's, its plane's and the connection's srtt, as base."""
         model = self.path_model
-        base = max(model.ev_srtt.get(key, 0.0), model.plane_srtt.get(key >> 16, 0.0),
-                   self.rtt.srtt)
+        return self._threshold_at(max(model.ev_srtt.get(key, 0.0),
+                                      model.plane_srtt.get(key >> 16, 0.0), self.rtt.srtt))
+
+    def _threshold_at(self, base: float) -> float:
         return (base * (1 + self.reorder_fraction) + self.ack_delay + 2 * self.rtt.rttvar
                 + self.reorder_extra)
 
@@ -48,8 +52,7 @@ class LossDetection(SendQueue):
         # than that is not lost by time, and its own threshold need not be
         # looked up (the same decisions, at a fraction of the lookups: most
         # packets in flight are young).
-        floor = (self.rtt.srtt * (1 + self.reorder_fraction) + self.ack_delay
-                 + 2 * self.rtt.rttvar + self.reorder_extra)
+        floor = self._threshold_at(self.rtt.srtt)
         for p in self.inflight.values():
             if p.seq > largest:
                 break
