@@ -52,6 +52,17 @@ def test_claims_taildrop_row(tmp_path: Path, unique_name: str) -> None:
     runs = [t for t in data["transfers"] if t["row"] == "taildrop"]
     assert len(runs) == 6 and all(t["fired"] for t in runs if t["run"] == "faulted")
     assert all(t["fidelity"]["faithful"] in (True, False, None) for t in runs)
+    # the sender's shapers were read through every run and held against an
+    # ideal link: each run's lateness is judged like an eBPF port's
+    for t in runs:
+        late = {k: v["late"] for k, v in (t["gaps"] or {}).items()}
+        assert set(late) <= {"h0:p0/up", "h0:p1/up"} and late, t["gaps"]
+        assert all(v["frames"] > 0 and v["p99"] is not None and v["p99"] >= 0
+                   for v in late.values()), late
+    for stack, cases in row["per_stack"].items():
+        for case, v in cases.items():
+            assert 0 <= v["emulator_short_bins"] <= v["bins"], (stack, case, v)
+        assert cases["faulted"]["emulator_short_bins_after"] >= 0, cases["faulted"]
     lines = [t for t in data["targets"] if t[0].startswith("taildrop")]
     assert len(lines) == 3, data["targets"]
     md = (out / "claims.md").read_text()

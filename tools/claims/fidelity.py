@@ -12,6 +12,9 @@ monitors exactly this). For each run this module combines
   link, how far the real link is behind the ideal one (the port's virtual
   queue): bytes accepted minus bytes departed, beyond the virtual backlog, at
   the port rate, in ideal times of a 1,514-byte frame,
+  or, for a plain tbf link, the same sampled at the sending host
+  (``tools.claims.qdiscbins``: a lower bound, ~16 frames of resolution at
+  100 Mbit/s),
 - the ports' departure gaps on busy links (``gap_summary``, reported only),
 - the Braid daemons' socket-queue waits when they were recorded (reported
   beside the verdict, not judged: they are the hosts' share of an RTT, not

@@ -248,6 +248,9 @@ def _sender_state(res: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
             "rttvar_ms": (c.get("rttvar") or 0) * 1000,
             "reorder_extra_ms": (c.get("reorder_extra") or 0) * 1000,
             "twin_resends": c.get("twin_resends"), "lost_by_time": c.get("lost_by_time"),
+            # Losses declared and then acknowledged after all (the first
+            # copy was only late): resends the time or EV rule caused.
+            "spurious_losses": c.get("spurious_losses"),
             # Resent packets by first send to ack, over the run (counts per
             # bucket: < 2, 5, 10, 20, 50 ms, and slower).
             "recovered": [c.get(k) for k in RECOVERY_KEYS],

@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from tools.claims import fabric as cf
 from tools.claims import metrics as m
 from tools.claims.fabric import REPO, ClaimsFabric
 from tools.claims.linkbins import first_after, link_bins
+from tools.claims.qdiscbins import excused, ideal, lateness, resolution
 from tools.claims.runs import (
     Ctx,
     _braid_stat,
@@ -82,12 +83,15 @@ def topology(rate_mbit: int, mtu: int) -> dict[str, Any]:
 
 
 class _Sampler:
-    """``linkbins`` running in a host's namespace for one run."""
+    """A sampler (``linkbins``: the links' received bytes; ``qdiscbins``:
+    their tbf's sent and queued bytes) running in a host's namespace for one
+    run."""
 
-    def __init__(self, fab: ClaimsFabric, host: str) -> None:
+    def __init__(self, fab: ClaimsFabric, host: str, module: str = "tools.claims.linkbins"
+                 ) -> None:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.proc: subprocess.Popen[str] = fab.tb.popen(
-            host, [sys.executable, "-m", "tools.claims.linkbins", ",".join(LINKS), str(SAMPLE_S)],
+            host, [sys.executable, "-m", module, ",".join(LINKS), str(SAMPLE_S)],
             cwd=str(REPO), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=env, text=True)
         assert self.proc.stdout is not None
@@ -113,6 +117,28 @@ def _drops(fab: ClaimsFabric) -> dict[str, int]:
         return {k: v["drops"] for k, v in fab.tb.qdisc_stats().items()}
     except Exception:  # counters are a diagnosis, never a reason to fail the row
         return {}
+
+
+def _host_drops(fab: ClaimsFabric) -> dict[str, int]:
+    """Where else a datagram can be lost on its way: each host's UDP
+    counters (``/proc/net/snmp`` in its namespace: ``InErrors``,
+    ``RcvbufErrors``, ``SndbufErrors``) and the machine's backlog drops
+    (``/proc/net/softnet_stat``, every CPU)."""
+    out: dict[str, int] = {}
+    try:
+        for h in ("h0", "h1"):
+            r = fab.tb.exec(h, ["cat", "/proc/net/snmp"], capture_output=True, text=True)
+            rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("Udp:")]
+            if len(rows) >= 2:
+                names, vals = rows[0][1:], rows[1][1:]
+                for k in ("InErrors", "RcvbufErrors", "SndbufErrors"):
+                    if k in names:
+                        out[f"{h}:{k}"] = int(vals[names.index(k)])
+        with open("/proc/net/softnet_stat") as f:
+            out["softnet_dropped"] = sum(int(ln.split()[1], 16) for ln in f if ln.strip())
+    except (OSError, ValueError, IndexError):  # a diagnosis, never a reason to fail the row
+        pass
+    return out
 
 
 def _wait_carrier(fab: ClaimsFabric, host: str, ifname: str, timeout: float = 5.0) -> bool:
@@ -145,29 +171,35 @@ def resends(stack: str, res: dict[int, dict[str, Any]], sender: int = 0) -> dict
             "resend_share": again / sent if sent else None}
 
 
-def bin_figures(total: list[int], target: float, end: int) -> dict[str, Any]:
+def bin_figures(total: list[int], target: float, end: int,
+                excused: Collection[int] = ()) -> dict[str, Any]:
     """From the first bin at >= ``target`` bytes (at or after ``FIRST_BIN``,
-    "at speed") to ``end``: the share of bins at >= ``target``, the worst and
-    the median bin (Mbit/s) and the longest run of empty bins (ms); without
-    reaching speed, the same from ``FIRST_BIN``."""
+    "at speed") to ``end``: the share of bins at >= ``target`` (of the bins
+    not ``excused``: short ones the emulator lost, ``qdiscbins.excused``),
+    the worst and the median bin (Mbit/s, every bin) and the longest run of
+    empty bins (ms); without reaching speed, the same from ``FIRST_BIN``."""
     at = next((i for i in range(FIRST_BIN, end) if total[i] >= target), None)
     lo = FIRST_BIN if at is None else at
     span = total[lo:end]
+    judged = [b for i, b in enumerate(span, lo) if i not in excused]
     longest, _ = m.gaps(total, lo, end)
     return {"at_speed_ms": None if at is None else at * m.BIN_S * 1000,
             "bins": len(span),
-            "bins_at_rate_share": 0.0 if at is None or not span
-            else sum(1 for b in span if b >= target) / len(span),
+            "emulator_short_bins": len(span) - len(judged),
+            "bins_at_rate_share": 0.0 if at is None or not judged
+            else sum(1 for b in judged if b >= target) / len(judged),
             "worst_bin_mbps": min(span) * 8 / m.BIN_S / 1e6 if span else None,
             "median_bin_mbps": statistics.median(span) * 8 / m.BIN_S / 1e6 if span else None,
             "longest_gap_ms": longest * m.BIN_S * 1000}
 
 
-def hold_ms(survivor: list[int], t_fault: float, end: int, target: float) -> float | None:
+def hold_ms(survivor: list[int], t_fault: float, end: int, target: float,
+            excused: Collection[int] = ()) -> float | None:
     """Time from the fault (s after go) until every later 10 ms bin to ``end``
-    holds >= ``target`` bytes; None if the last bin still does not."""
+    holds >= ``target`` bytes (or is ``excused``: the emulator lost it); None
+    if the last bin still does not."""
     i0 = int(t_fault / m.BIN_S) + 1  # the first bin wholly after the fault
-    bad = [i for i in range(i0, end) if survivor[i] < target]
+    bad = [i for i in range(i0, end) if survivor[i] < target and i not in excused]
     if not bad:
         return max(0.0, (i0 * m.BIN_S - t_fault) * 1000)
     if bad[-1] >= end - 1:
@@ -189,49 +221,76 @@ def delivery_stall(arrivals: list[float], t_fault: float, dur: float) -> dict[st
             else round(max(0.0, lp[0] - spacing) * 1000, 2)}
 
 
-def short_at_ms(total: list[int], target: float, end: int) -> list[float]:
+def short_at_ms(total: list[int], target: float, end: int,
+                excused: Collection[int] = ()) -> list[float]:
     """When (ms after go) each 10 ms bin at speed fell below ``target``
-    (``bin_figures``' span; at most 50 of them)."""
+    (``bin_figures``' span, less the ``excused``; at most 50 of them)."""
     at = next((i for i in range(FIRST_BIN, end) if total[i] >= target), None)
     if at is None:
         return []
-    return [i * m.BIN_S * 1000 for i in range(at, end) if total[i] < target][:50]
+    return [i * m.BIN_S * 1000 for i in range(at, end)
+            if total[i] < target and i not in excused][:50]
 
 
-def short_bins(survivor: list[int], t_fault: float, end: int, target: float) -> int:
-    """10 ms bins wholly after the fault (to ``end``) below ``target``: beside
-    the hold, whether one late dip or the whole way set it."""
-    return sum(1 for b in survivor[int(t_fault / m.BIN_S) + 1:end] if b < target)
+def short_bins(survivor: list[int], t_fault: float, end: int, target: float,
+               excused: Collection[int] = ()) -> int:
+    """10 ms bins wholly after the fault (to ``end``) below ``target``, less
+    the ``excused``: beside the hold, whether one late dip or the whole way
+    set it."""
+    i0 = int(t_fault / m.BIN_S) + 1
+    return sum(1 for i in range(i0, end) if survivor[i] < target and i not in excused)
 
 
 def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
          faults: list[tuple[float, str]] | None) -> tuple[dict[str, Any], list[list[int]]]:
     fab = ctx.fab
-    d0 = _drops(fab)
+    d0, h0 = _drops(fab), _host_drops(fab)
     sampler = _Sampler(fab, "h1")
+    shaper = _Sampler(fab, "h0", "tools.claims.qdiscbins")
     try:
         res = stream(ctx, stack, [(0, 1, 0.0, dur, 0)], dur, faults)
     finally:
         samples = sampler.stop()
-    d1 = _drops(fab)
+        shaped = shaper.stop()
+    d1, h1 = _drops(fab), _host_drops(fab)
     if faults:
         _wait_carrier(fab, "h0", "p0")
-    ok = _record(ctx, ROW, stack, label, res)
     go = next((float(r["go"]) for r in res.values() if r.get("go")), 0.0)
     end = int(dur / m.BIN_S)
+    t_cut = go + (_fault_time(res, FAULT, t_fault)[1] if faults else dur)
+    rates = [cf.RATE_MBIT * 1e6 / 8] * len(LINKS)
+    if shaped and go:
+        # The emulator's fidelity on these links: how far each tbf fell
+        # behind an ideal link fed the same bytes (the dead link only
+        # until the fault: from then on it sends nothing by design).
+        lat = [lateness(shaped, rates, go, go + dur if k else t_cut)[k]
+               for k in range(len(LINKS))]
+        fab.last_gaps = {f"h0:{name}/up": {"gaps": 0, "late": lat[k], "rate_mbit": cf.RATE_MBIT,
+                                           "resolution_frames": resolution(rates[k], shaped)}
+                         for k, name in enumerate(LINKS) if lat[k]["frames"]}
+    ok = _record(ctx, ROW, stack, label, res)
     per_link = link_bins(samples, go, end) if samples and go else [[0] * end for _ in LINKS]
     total = m.add_bins(per_link)
     links = 1 if stack == "tcp" else len(LINKS)
     link_bin = cf.RATE_MBIT * 1e6 / 8 * m.BIN_S  # frame bytes one link carries in a bin
+    # Bins a link fell short in though an ideal link fed the same bytes
+    # would not have: the emulator's, not the stack's (qdiscbins.excused).
+    ideal_bins = link_bins(ideal(shaped, rates)[0], go, end) if shaped and go else None
+    lost = set() if ideal_bins is None else excused(
+        total, m.add_bins(ideal_bins), RATE_SHARE * links * link_bin)
+    lost1 = set() if ideal_bins is None else excused(per_link[1], ideal_bins[1],
+                                                     RATE_SHARE * link_bin)
     out: dict[str, Any] = {
-        **bin_figures(total, RATE_SHARE * links * link_bin, end), **resends(stack, res),
+        **bin_figures(total, RATE_SHARE * links * link_bin, end, lost), **resends(stack, res),
         "links_used": links, "tail_drops": sum(max(0, v - d0.get(k, 0)) for k, v in d1.items()),
+        "host_drops": {k: v - h0.get(k, 0) for k, v in h1.items()},
         "samples": len(samples), "rtos": _rtos(stack, res, [0]), "complete": ok,
         "goodput_mbps": sum(_bins0(res)[FIRST_BIN:end]) * 8
         / (max(1, end - FIRST_BIN) * m.BIN_S) / 1e6,
         # Diagnosis, not judged: when the bins fell short (ms after go) and,
         # for Braid, what its controller did over the run.
-        "short_at_ms": short_at_ms(total, RATE_SHARE * links * link_bin, end)}
+        "short_at_ms": short_at_ms(total, RATE_SHARE * links * link_bin, end, lost),
+        "emulator_short_at_ms": sorted(i * m.BIN_S * 1000 for i in lost)[:50]}
     if stack.startswith("braid"):
         out["sender"] = _sender_state(res)
     if faults:
@@ -241,8 +300,11 @@ def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
         moved = first_after(samples, 1, go + tf, frame) if samples and go else None
         out.update({"fault_at_s": round(tf, 4),
                     "moved_ms": None if moved is None else round((moved - go - tf) * 1000, 1),
-                    "hold_ms": hold_ms(per_link[1], tf, end, RATE_SHARE * link_bin),
-                    "short_bins_after": short_bins(per_link[1], tf, end, RATE_SHARE * link_bin),
+                    "hold_ms": hold_ms(per_link[1], tf, end, RATE_SHARE * link_bin, lost1),
+                    "short_bins_after": short_bins(per_link[1], tf, end, RATE_SHARE * link_bin,
+                                                   lost1),
+                    "emulator_short_bins_after": None if ideal_bins is None
+                    else sum(1 for i in lost1 if i > tf / m.BIN_S),
                     **delivery_stall(res.get(1, {}).get("arrivals", {}).get("0", []), tf,
                                      dur)})
         if stack.startswith("braid"):
