@@ -16,9 +16,10 @@ Per testbed (prefix ``br<name>-``):
   (``testbed.element``) per plane.
 
 Links without an element (``taildrop = true`` asks for that explicitly) are
-plain veth pairs shaped by tc tbf (via pyroute2) on both ends, ``limit`` =
-the port's buffer: a tail-drop queue, no trim, no ECN (``qdisc_stats`` reads
-their drop counters); with an element the element's emulated queue shapes them.
+plain veth pairs shaped by tc tbf on both ends, ``limit`` = the port's
+buffer: a tail-drop queue, no trim, no ECN (``qdisc_stats`` reads their drop
+counters), its bucket ``BATCH_FRAMES`` frames beyond the largest packet it
+takes whole; with an element the element's emulated queue shapes them.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ from testbed.topology import (
 )
 
 ELEMENT_MARK = "testbed.element"
+#: A plain link's tbf queues, drops and sends a host's GSO batch of up to ~1
+#: ms of its rate whole (as a host's own qdisc does), and its token bucket
+#: holds this many frames beyond that: with the 1 ms alone it barely held
+#: Braid's 8-frame runs, and each timer that fired more than ~30 us late
+#: cost the link rate for good (docs/decisions/0034).
+BATCH_FRAMES = 16
 _netem_cache: dict[str, Any] = {}
 
 
@@ -428,9 +435,19 @@ class Testbed:
                 kw["rate"] = port.rate_bps // 8
             ns.tc("add", "netem", index=idx, handle="1:", **kw)
             return
-        burst = max(2 * mtu, port.rate_bps // 8 // 1000)  # ~1 ms of tokens, >= 2 frames
-        ns.tc("add", "tbf", index=idx, handle="1:", rate=port.rate_bps // 8, burst=burst,
-              limit=port.buffer)
+        # The largest packet the tbf takes whole: ~1 ms of rate, >= 2
+        # frames (a larger GSO batch it splits into frames). Its bucket
+        # holds that and BATCH_FRAMES more, so that a late timer costs no
+        # rate; a peak bucket of the largest packet at 10x the rate keeps the
+        # two apart (pyroute2's tbf has no peak rate: tc itself).
+        largest = max(2 * mtu, port.rate_bps // 8 // 1000)
+        r = nsutil.run(self.prefix + node, [
+            "tc", "qdisc", "add", "dev", ifname, "root", "handle", "1:", "tbf",
+            "rate", f"{port.rate_bps}bit", "burst", str(largest + BATCH_FRAMES * (mtu + 14)),
+            "limit", str(port.buffer), "peakrate", f"{10 * port.rate_bps}bit",
+            "mtu", str(largest)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise TestbedError(f"tc qdisc add dev {ifname} tbf failed: {r.stderr.strip()}")
 
     def _routes(self) -> None:
         for fam in (4, 6) if self.topo.ipv6 else (4,):
