@@ -213,3 +213,24 @@ def test_a_late_reference_run_withholds_only_the_comparisons() -> None:
     assert lines[0][3] == "met"
     assert lines[1][3].startswith("no verdict: not faithful (tcp: link h0:p1/up")
     assert fr.compares(lines[1][0]) and not fr.compares(lines[0][0])
+
+
+def test_a_comparison_rests_on_the_stacks_it_names() -> None:
+    # "10x sooner than mptcp": kernel TCP's late run (it rides one link and
+    # is not compared) leaves the verdict; MPTCP's late run withholds it.
+    late = {**fd.judge(_cpu([0.2] * 100), None), "faithful": False,
+            "reasons": ["link h0:p0/up: p99 lateness 15.6"]}
+    calm = fd.judge(_cpu([0.2] * 100), None)
+    target = "taildrop links, one silent: the survivor holds >= 90% of its rate >= 10x " \
+        "sooner than mptcp"
+    for late_stack, want in (("tcp", "met"), ("mptcp", "no verdict: not faithful (mptcp: ")):
+        lines = [[target, "5 ms", "", "met"]]
+        data: dict[str, Any] = {"transfers": [
+            _transfer("taildrop", s, "faulted", late if s == late_stack else calm)
+            for s in ("braid", "tcp", "mptcp")]}
+        fr.withhold_verdicts(data, lines, lambda t: t.split()[0])
+        assert lines[0][3].startswith(want), (late_stack, lines)
+    assert fr.rests_on(target, ["braid", "mptcp", "tcp"]) == ["braid", "mptcp"]
+    assert fr.rests_on("x: within 20 ms", ["braid", "tcp"]) == ["braid"]
+    # a comparison that names no stack it knows rests on every one
+    assert fr.rests_on("x: better than the rest", ["braid", "tcp"]) == ["braid", "tcp"]

@@ -3,6 +3,7 @@ and stack, plot markers and the summary figure (tools/claims/fidelity.py)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,20 +43,34 @@ def compares(target: str) -> bool:
     return " than " in target
 
 
+def rests_on(target: str, stacks: Iterable[str]) -> list[str]:
+    """The stacks, of ``stacks``, whose runs a target's verdict rests on:
+    Braid's, and for a comparison those it names after " than " ("10x
+    sooner than mptcp": mptcp too, not tcp), every one if it names none."""
+    stacks = list(stacks)
+    braid = [s for s in stacks if s.startswith("braid")] or ["braid"]
+    if not compares(target):
+        return braid
+    words = set(re.findall(r"[a-z0-9-]+", target.partition(" than ")[2]))
+    named = [s for s in stacks if s in words and s not in braid]
+    return braid + named if named else stacks
+
+
 def withhold_verdicts(data: Mapping[str, Any], lines: list[list[str]],
                       row_of: Any) -> None:
     """Replace the met / NOT met of every target line with "no verdict: not
-    faithful (reason)" when a run it rests on was not faithful: Braid's runs
-    of its row, and for a comparison every stack's."""
-    cache: dict[tuple[str, bool], dict[str, Any]] = {}
+    faithful (reason)" when a run it rests on was not faithful
+    (``rests_on``)."""
+    cache: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
+    runs = by_row(data)
     for line in lines:
         if not line[3].startswith(("met", "NOT met")):
             continue
         row = row_of(line[0])
-        every = compares(line[0])
-        key = (row, every)
+        stacks = tuple(rests_on(line[0], sorted({st for r, st in runs if r == row})))
+        key = (row, stacks)
         if key not in cache:
-            cache[key] = row_fidelity(data, row, None if every else ["braid"])
+            cache[key] = row_fidelity(data, row, stacks)
         fid = cache[key]
         if fid["faithful"] is False:
             line[3] = no_verdict(fid)

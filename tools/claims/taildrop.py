@@ -276,8 +276,10 @@ def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
     # Bins a link fell short in though an ideal link fed the same bytes
     # would not have: the emulator's, not the stack's (qdiscbins.excused).
     ideal_bins = link_bins(ideal(shaped, rates)[0], go, end) if shaped and go else None
-    lost = set() if ideal_bins is None else excused(
-        total, m.add_bins(ideal_bins), RATE_SHARE * links * link_bin)
+    # (After the fault the dead link's ideal would drain what its tbf holds.)
+    lost = set() if ideal_bins is None else {
+        i for i in excused(total, m.add_bins(ideal_bins), RATE_SHARE * links * link_bin)
+        if (i + 1) * m.BIN_S <= t_cut - go}
     lost1 = set() if ideal_bins is None else excused(per_link[1], ideal_bins[1],
                                                      RATE_SHARE * link_bin)
     out: dict[str, Any] = {
