@@ -237,6 +237,22 @@ class Testbed:
     def ebpf(self, plane: int) -> EbpfPlane:
         return EbpfPlane(self.run_dir, plane, self.prefix + self.wire_node(plane))
 
+    def shaped_ports(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Per node, its plain links' tbf ports: (port name as in
+        ``qdisc_stats``, interface, rate in bit/s). What the fidelity
+        monitor samples where no link element keeps the figures itself."""
+        netem = bool(self.state.data.get("netem"))
+        out: dict[str, list[tuple[str, str, int]]] = {}
+        for link in self.topo.links:
+            if link.element:
+                continue
+            for d, node, ifname, port in (("up", link.a, link.a_if, link.up),
+                                          ("down", link.b, link.b_if, link.down)):
+                if port.rate_bps and not (netem and (port.delay or port.loss)):
+                    out.setdefault(node, []).append((f"{link.name}/{d}", ifname,
+                                                     int(port.rate_bps)))
+        return out
+
     def qdisc_stats(self) -> dict[str, dict[str, int]]:
         """Per shaped plain link port ('h0:p1/up' is the host's egress, '/down'
         the switch's towards the host): the tbf's counters from ``tc -s``

@@ -53,3 +53,26 @@ def test_burst_is_tail_dropped_not_trimmed(tb: Testbed) -> None:
     assert set(out["tos"]) == {str(Dscp.DATA << 2 | 2)}, out
     # the plane's other links saw none of it
     assert after["h0:p1/up"]["drops"] == before["h0:p1/up"]["drops"]
+
+
+def test_the_fidelity_monitor_samples_the_tbfs(tb: Testbed) -> None:
+    # The monitor that `braid perf` and the demo use: with no link element
+    # it samples every plain tbf (a sampler per node that has one) and
+    # judges their lateness like an eBPF port's.
+    from tools.claims.fidelity import Monitor
+
+    ports = tb.shaped_ports()
+    assert {name for ps in ports.values() for name, _i, _r in ps} == set(tb.qdisc_stats())
+    assert all(r == 100_000_000 for ps in ports.values() for _n, _i, r in ps)
+    mon = Monitor(tb).start()
+    procs = list(mon._shapers.procs.values())
+    assert len(procs) == len(ports)
+    transfer(tb, "h0", "h1", 0, 600, "--braid", "--size", "1200",
+             "--sports", "42000-42015", "--tos", hex(Dscp.DATA << 2 | 2))
+    fid = mon.stop()
+    assert all(p.poll() is not None for p in procs)  # the samplers are gone
+    late = fid["gaps"]["h0:p0/up"]["late"]
+    assert late["frames"] > 100 and late["p99"] is not None and late["p99"] >= 0, fid
+    assert fid["gaps"]["h0:p0/up"]["resolution_frames"] > 0
+    assert "h0:p1/up" not in fid["gaps"]  # it sent nothing
+    assert fid["faithful"] in (True, False)

@@ -181,6 +181,7 @@ class Monitor:
         self._t0 = 0.0
         self._j0: Any = None
         self._sampler: Any = None
+        self._shapers: Any = None
 
     def _gaps(self) -> dict[str, Any]:
         try:
@@ -193,8 +194,13 @@ class Monitor:
         import time
 
         from tools.claims import cpu
+        from tools.claims.qdiscbins import ShaperSampler
 
         self._gaps0 = self._gaps()
+        try:  # plain tbf links: sampled (a lower bound of their lateness)
+            self._shapers = ShaperSampler(self.tb) if hasattr(self.tb, "shaped_ports") else None
+        except Exception:  # a fidelity record must never fail a run
+            self._shapers = None
         self._j0 = cpu.machine()
         self._t0 = time.monotonic()
         self._sampler = cpu.Sampler().start()
@@ -210,6 +216,10 @@ class Monitor:
         share = cpu.run_share(self._j0, cpu.machine(), time.monotonic() - self._t0,
                               os.cpu_count() or 1, None, None, samples)
         gaps = gap_window(self._gaps0, self._gaps()) if self._gaps0 else None
+        if self._shapers is not None:
+            shaped = self._shapers.stop()
+            if shaped:
+                gaps = {**(gaps or {}), **shaped}
         return {**judge(share, gaps), "gaps": gaps}
 
 

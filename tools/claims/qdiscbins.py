@@ -40,14 +40,18 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import select
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from testbed.qdisc_nl import QdiscReader
 
+_REPO = Path(__file__).resolve().parents[2]
 #: At most this many samples (~3 minutes at 2 ms): a bound, never reached by a row.
 MAX_SAMPLES = 90_000
 #: The frame lateness is counted in (a full 1,500-byte packet on Ethernet).
@@ -76,7 +80,8 @@ def ideal(samples: Sequence[Sequence[float]], rates: Sequence[float]
                 # Arrivals taken as late as the samples allow (at the end
                 # of the interval): the ideal link then sends the least it
                 # could have, so lateness is never overstated.
-                q[k] = max(0.0, q[k] - rates[k] * max(0.0, s[0] - prev[0])) + arrived
+                # (A purge, a link reset, reads as bytes leaving unsent.)
+                q[k] = max(0.0, max(0.0, q[k] - rates[k] * max(0.0, s[0] - prev[0])) + arrived)
             queues[k].append(q[k])
             row.append(sent + backlog - q[k])
         deps.append(row)
@@ -140,6 +145,55 @@ def excused(received: Sequence[int], ideal_bins: Sequence[float], target: float)
     transport (its sender kept the queue supplied)."""
     return {i for i, (got, want) in enumerate(zip(received, ideal_bins, strict=False))
             if got < target <= want}
+
+
+class ShaperSampler:
+    """This module's sampler in each node of a testbed that has plain tbf
+    ports (``Testbed.shaped_ports``), for one run window; ``stop`` gives
+    their lateness in the shape ``tools.claims.fidelity.judge`` takes
+    (``{port: {"gaps": 0, "late": {...}}}``, ports that sent frames only)."""
+
+    def __init__(self, tb: Any, interval: float = 0.002) -> None:
+
+        self.ports: dict[str, list[tuple[str, str, int]]] = tb.shaped_ports()
+        self.procs: dict[str, Any] = {}
+        env = dict(os.environ, PYTHONPATH=str(_REPO))
+        for node, ports in self.ports.items():
+            self.procs[node] = tb.popen(
+                node, [sys.executable, "-m", "tools.claims.qdiscbins",
+                       ",".join(ifname for _n, ifname, _r in ports), str(interval)],
+                cwd=str(_REPO), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, env=env, text=True)
+        for p in self.procs.values():  # each ready before the run starts (bounded)
+            r, _, _ = select.select([p.stdout], [], [], 30)
+            if r:
+                p.stdout.readline()
+
+    def stop(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for node, p in self.procs.items():
+            try:
+                text, _ = p.communicate("stop\n", timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                continue
+            samples: list[list[float]] = []
+            for line in reversed(text.splitlines()):
+                try:
+                    samples = json.loads(line)["samples"]
+                    break
+                except (ValueError, KeyError):
+                    continue
+            ports = self.ports[node]
+            rates = [r / 8 for _n, _i, r in ports]
+            if len(samples) < 2:
+                continue
+            for (name, _i, rate), late in zip(ports, lateness(samples, rates), strict=True):
+                if late["frames"]:
+                    out[name] = {"gaps": 0, "late": late, "rate_mbit": round(rate / 1e6, 3),
+                                 "resolution_frames": resolution(rate / 8, samples)}
+        return out
 
 
 def main(argv: list[str]) -> int:
