@@ -94,24 +94,32 @@ def test_a_link_at_its_rate_is_never_late() -> None:
     assert deps[-1][1] == pytest.approx(s[-1][1])  # it sent what the ideal link sent
 
 
+def _stalled(step: float, n: int, stall: range, backlog: float) -> list[list[float]]:
+    """Samples of a link the stack feeds at its rate throughout, which sends
+    nothing over the sample intervals in ``stall``, at the rate otherwise."""
+    per = RATE * step
+    sent, queued, s_, b_ = [], [], 0.0, backlog
+    for i in range(n):
+        if i and i not in stall:
+            s_ += per
+        elif i:
+            b_ += per
+        sent.append(s_)
+        queued.append(b_)
+    return _samples(step, n, sent, queued)
+
+
 def test_a_shaper_that_stalls_falls_behind_the_ideal_link() -> None:
     # 10 ms without a departure while the stack keeps sending at the rate:
     # afterwards the real queue is 125 KB above the ideal one (~83 frames).
     step, n = 0.001, 100
     per = RATE * step
-    sent, backlog, s_, b_ = [], [], 0.0, 30_000.0
-    for i in range(n):
-        if i and not 40 <= i < 50:
-            s_ += per
-        elif i:
-            b_ += per
-        sent.append(s_)
-        backlog.append(b_)
-    late = lateness(_samples(step, n, sent, backlog), [RATE])[0]
+    s = _stalled(step, n, range(40, 50), 30_000.0)
+    late = lateness(s, [RATE])[0]
     assert late["p99"] == pytest.approx(10 * per / FRAME_BYTES, rel=0.05)
     assert late["p99_us"] == pytest.approx(10_000, rel=0.05)
     # only what was sent in the window counts
-    assert lateness(_samples(step, n, sent, backlog), [RATE], t1=0.039)[0]["max"] == 0
+    assert lateness(s, [RATE], t1=0.039)[0]["max"] == 0
 
 
 def test_a_burst_that_came_just_before_a_sample_is_not_lateness() -> None:
@@ -129,15 +137,7 @@ def test_short_bins_are_excused_only_where_the_ideal_link_would_have_held() -> N
     step, n = 0.002, 60  # 120 ms
     per = RATE * step
     # the stack supplies the rate throughout; the tbf stalls 40-60 ms
-    sent, backlog, s_, b_ = [], [], 0.0, 20_000.0
-    for i in range(n):
-        if i and not 20 <= i < 30:
-            s_ += per
-        elif i:
-            b_ += per
-        sent.append(s_)
-        backlog.append(b_)
-    s = _samples(step, n, sent, backlog)
+    s = _stalled(step, n, range(20, 30), 20_000.0)
     want = link_bins(ideal(s, [RATE])[0], 0.0, 12)[0]
     got = link_bins([[r[0], r[1]] for r in s], 0.0, 12)[0]
     target = 0.9 * RATE * 0.01

@@ -20,7 +20,7 @@ import math
 import select
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tools.claims.metrics import BIN_S
 
@@ -82,18 +82,29 @@ def first_after(samples: Sequence[Sequence[float]], iface: int, t: float, nbytes
     return None
 
 
-def main(argv: list[str]) -> int:
-    ifaces = argv[0].split(",")
-    interval = float(argv[1])
+def sample_until_told(read: Callable[[], list[float]], interval: float) -> list[list[float]]:
+    """``[t, *read()]`` every ``interval`` s (t on CLOCK_MONOTONIC) until a
+    line, or EOF, on stdin; at most ``MAX_SAMPLES`` rows. Prints
+    ``{"ready": true}`` first (the run starts once every sampler is)."""
     samples: list[list[float]] = []
     print(json.dumps({"ready": True}), flush=True)
+    while len(samples) < MAX_SAMPLES:
+        t = time.monotonic()
+        samples.append([round(t, 6), *read()])
+        r, _, _ = select.select([sys.stdin], [], [], max(0.0, interval - (time.monotonic() - t)))
+        if r:
+            break
+    return samples
+
+
+def main(argv: list[str]) -> int:
+    ifaces = argv[0].split(",")
     with open("/proc/net/dev") as f:
-        while len(samples) < MAX_SAMPLES:
+        def read() -> list[float]:
             f.seek(0)
-            samples.append([round(time.monotonic(), 6), *read_rx(ifaces, f.read())])
-            r, _, _ = select.select([sys.stdin], [], [], interval)
-            if r:
-                break
+            return [float(x) for x in read_rx(ifaces, f.read())]
+
+        samples = sample_until_told(read, float(argv[1]))
     print(json.dumps({"samples": samples}), flush=True)
     return 0
 

@@ -44,16 +44,14 @@ import os
 import select
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from testbed.qdisc_nl import QdiscReader
+from tools.claims.linkbins import sample_until_told
 
 _REPO = Path(__file__).resolve().parents[2]
-#: At most this many samples (~3 minutes at 2 ms): a bound, never reached by a row.
-MAX_SAMPLES = 90_000
 #: The frame lateness is counted in (a full 1,500-byte packet on Ethernet).
 FRAME_BYTES = 1514
 
@@ -198,20 +196,14 @@ class ShaperSampler:
 
 def main(argv: list[str]) -> int:
     ifaces = argv[0].split(",")
-    interval = float(argv[1])
-    samples: list[list[float]] = []
     with QdiscReader() as reader:
-        print(json.dumps({"ready": True}), flush=True)
-        while len(samples) < MAX_SAMPLES:
-            t = time.monotonic()
-            row: list[float] = [round(t, 6)]
+        def read() -> list[float]:
+            row: list[float] = []
             for q in reader.roots(ifaces):
                 row += [q.bytes, q.backlog] if q is not None else [0, 0]
-            samples.append(row)
-            left = interval - (time.monotonic() - t)
-            r, _, _ = select.select([sys.stdin], [], [], max(0.0, left))
-            if r:
-                break
+            return row
+
+        samples = sample_until_told(read, float(argv[1]))
     print(json.dumps({"samples": samples}), flush=True)
     return 0
 
