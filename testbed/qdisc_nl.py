@@ -10,6 +10,7 @@ have kept their layout since Linux 2.6.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -110,6 +111,7 @@ class QdiscReader:
         self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
         self._sock.bind((0, 0))
         self._seq = 0
+        self._index: dict[str, int] = {}
 
     def read(self) -> list[QdiscCounters]:
         """Every qdisc of the namespace, now (a bounded number of reads)."""
@@ -129,11 +131,12 @@ class QdiscReader:
         """The root qdisc of each of ``ifnames`` (None: no such interface or
         no root qdisc), in order."""
         idx = []
-        for name in ifnames:
-            try:
-                idx.append(socket.if_nametoindex(name))
-            except OSError:
-                idx.append(-1)
+        for name in ifnames:  # resolved once, again only while missing
+            i = self._index.get(name, -1)
+            if i < 0:
+                with contextlib.suppress(OSError):
+                    i = self._index[name] = socket.if_nametoindex(name)
+            idx.append(i)
         by = {q.ifindex: q for q in self.read() if q.root}
         return [by.get(i) for i in idx]
 

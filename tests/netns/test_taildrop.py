@@ -65,7 +65,7 @@ def test_the_fidelity_monitor_samples_the_tbfs(tb: Testbed) -> None:
     assert {name for ps in ports.values() for name, _i, _r in ps} == set(tb.qdisc_stats())
     assert all(r == 100_000_000 for ps in ports.values() for _n, _i, r in ps)
     mon = Monitor(tb).start()
-    procs = list(mon._shapers.procs.values())
+    procs = [s.proc for s in mon._shapers.procs.values()]
     assert len(procs) == len(ports)
     transfer(tb, "h0", "h1", 0, 600, "--braid", "--size", "1200",
              "--sports", "42000-42015", "--tos", hex(Dscp.DATA << 2 | 2))

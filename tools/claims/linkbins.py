@@ -14,15 +14,22 @@ the samples into 10 ms bins relative to go.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
+import os
 import select
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from tools.claims.metrics import BIN_S
+
+REPO = Path(__file__).resolve().parents[2]
 
 #: At most this many samples (~3 minutes at 2 ms): a bound, never reached by a row.
 MAX_SAMPLES = 90_000
@@ -80,6 +87,39 @@ def first_after(samples: Sequence[Sequence[float]], iface: int, t: float, nbytes
         elif s[iface + 1] - base >= nbytes:
             return float(s[0])
     return None
+
+
+class SamplerProcess:
+    """A sampler module (``python -m MODULE IFACES INTERVAL``: this one, or
+    ``tools.claims.qdiscbins``) running in a testbed node's namespace for
+    one run: started here, ``wait_ready`` before the run, ``stop`` after it
+    for its samples ([] if it never answered; bounded)."""
+
+    def __init__(self, tb: Any, node: str, module: str, ifaces: Sequence[str],
+                 interval: float) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.proc: subprocess.Popen[str] = tb.popen(
+            node, [sys.executable, "-m", module, ",".join(ifaces), str(interval)],
+            cwd=str(REPO), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=env, text=True)
+
+    def wait_ready(self, timeout: float = 30.0) -> bool:
+        assert self.proc.stdout is not None
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        return bool(r) and '"ready"' in self.proc.stdout.readline()
+
+    def stop(self) -> list[list[float]]:
+        try:
+            out, _ = self.proc.communicate("stop\n", timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return []
+        for line in reversed(out.splitlines()):
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                samples: list[list[float]] = json.loads(line)["samples"]
+                return samples
+        return []
 
 
 def sample_until_told(read: Callable[[], list[float]], interval: float) -> list[list[float]]:

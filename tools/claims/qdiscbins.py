@@ -40,18 +40,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import select
-import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from testbed.qdisc_nl import QdiscReader
-from tools.claims.linkbins import sample_until_told
+from tools.claims.linkbins import SamplerProcess, sample_until_told
 
-_REPO = Path(__file__).resolve().parents[2]
 #: The frame lateness is counted in (a full 1,500-byte packet on Ethernet).
 FRAME_BYTES = 1514
 
@@ -152,41 +147,21 @@ class ShaperSampler:
     (``{port: {"gaps": 0, "late": {...}}}``, ports that sent frames only)."""
 
     def __init__(self, tb: Any, interval: float = 0.002) -> None:
-
         self.ports: dict[str, list[tuple[str, str, int]]] = tb.shaped_ports()
-        self.procs: dict[str, Any] = {}
-        env = dict(os.environ, PYTHONPATH=str(_REPO))
-        for node, ports in self.ports.items():
-            self.procs[node] = tb.popen(
-                node, [sys.executable, "-m", "tools.claims.qdiscbins",
-                       ",".join(ifname for _n, ifname, _r in ports), str(interval)],
-                cwd=str(_REPO), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, env=env, text=True)
+        self.procs = {node: SamplerProcess(tb, node, "tools.claims.qdiscbins",
+                                           [ifname for _n, ifname, _r in ports], interval)
+                      for node, ports in self.ports.items()}
         for p in self.procs.values():  # each ready before the run starts (bounded)
-            r, _, _ = select.select([p.stdout], [], [], 30)
-            if r:
-                p.stdout.readline()
+            p.wait_ready()
 
     def stop(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for node, p in self.procs.items():
-            try:
-                text, _ = p.communicate("stop\n", timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-                continue
-            samples: list[list[float]] = []
-            for line in reversed(text.splitlines()):
-                try:
-                    samples = json.loads(line)["samples"]
-                    break
-                except (ValueError, KeyError):
-                    continue
-            ports = self.ports[node]
-            rates = [r / 8 for _n, _i, r in ports]
+            samples = p.stop()
             if len(samples) < 2:
                 continue
+            ports = self.ports[node]
+            rates = [r / 8 for _n, _i, r in ports]
             for (name, _i, rate), late in zip(ports, lateness(samples, rates), strict=True):
                 if late["frames"]:
                     out[name] = {"gaps": 0, "late": late, "rate_mbit": round(rate / 1e6, 3),

@@ -19,15 +19,9 @@ deltas over the run).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
-import json
-import os
-import select
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -35,8 +29,8 @@ from typing import Any
 
 from tools.claims import fabric as cf
 from tools.claims import metrics as m
-from tools.claims.fabric import REPO, ClaimsFabric
-from tools.claims.linkbins import first_after, link_bins
+from tools.claims.fabric import ClaimsFabric
+from tools.claims.linkbins import SamplerProcess, first_after, link_bins
 from tools.claims.qdiscbins import excused, ideal, lateness, resolution
 from tools.claims.runs import (
     Ctx,
@@ -80,36 +74,6 @@ def topology(rate_mbit: int, mtu: int) -> dict[str, Any]:
             "fabric": {"kind": "switch"},
             "link": {"taildrop": True, "rate": f"{rate_mbit}mbit", "buffer": f"{buffer_kb}KB",
                      "mtu": mtu}}
-
-
-class _Sampler:
-    """A sampler (``linkbins``: the links' received bytes; ``qdiscbins``:
-    their tbf's sent and queued bytes) running in a host's namespace for one
-    run."""
-
-    def __init__(self, fab: ClaimsFabric, host: str, module: str = "tools.claims.linkbins"
-                 ) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        self.proc: subprocess.Popen[str] = fab.tb.popen(
-            host, [sys.executable, "-m", module, ",".join(LINKS), str(SAMPLE_S)],
-            cwd=str(REPO), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=env, text=True)
-        assert self.proc.stdout is not None
-        r, _, _ = select.select([self.proc.stdout], [], [], 30)
-        self.ready = bool(r) and '"ready"' in self.proc.stdout.readline()
-
-    def stop(self) -> list[list[float]]:
-        try:
-            out, _ = self.proc.communicate("stop\n", timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return []
-        for line in reversed(out.splitlines()):
-            with contextlib.suppress(ValueError):
-                samples: list[list[float]] = json.loads(line)["samples"]
-                return samples
-        return []
 
 
 def _drops(fab: ClaimsFabric) -> dict[str, int]:
@@ -245,8 +209,11 @@ def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
          faults: list[tuple[float, str]] | None) -> tuple[dict[str, Any], list[list[int]]]:
     fab = ctx.fab
     d0, h0 = _drops(fab), _host_drops(fab)
-    sampler = _Sampler(fab, "h1")
-    shaper = _Sampler(fab, "h0", "tools.claims.qdiscbins")
+    # h1's links (what arrived) and h0's tbfs (what the links were given)
+    sampler = SamplerProcess(fab.tb, "h1", "tools.claims.linkbins", LINKS, SAMPLE_S)
+    shaper = SamplerProcess(fab.tb, "h0", "tools.claims.qdiscbins", LINKS, SAMPLE_S)
+    sampler.wait_ready()
+    shaper.wait_ready()
     try:
         res = stream(ctx, stack, [(0, 1, 0.0, dur, 0)], dur, faults)
     finally:
@@ -257,14 +224,14 @@ def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
         _wait_carrier(fab, "h0", "p0")
     go = next((float(r["go"]) for r in res.values() if r.get("go")), 0.0)
     end = int(dur / m.BIN_S)
-    t_cut = go + (_fault_time(res, FAULT, t_fault)[1] if faults else dur)
+    fault = _fault_time(res, FAULT, t_fault) if faults else None
+    t_cut = go + (fault[1] if fault else dur)
     rates = [cf.RATE_MBIT * 1e6 / 8] * len(LINKS)
     if shaped and go:
         # The emulator's fidelity on these links: how far each tbf fell
-        # behind an ideal link fed the same bytes (the dead link only
+        # behind an ideal link fed the same bytes (the dead link p0 only
         # until the fault: from then on it sends nothing by design).
-        lat = [lateness(shaped, rates, go, go + dur if k else t_cut)[k]
-               for k in range(len(LINKS))]
+        lat = [lateness(shaped, rates, go, t_cut)[0], lateness(shaped, rates, go, go + dur)[1]]
         fab.last_gaps = {f"h0:{name}/up": {"gaps": 0, "late": lat[k], "rate_mbit": cf.RATE_MBIT,
                                            "resolution_frames": resolution(rates[k], shaped)}
                          for k, name in enumerate(LINKS) if lat[k]["frames"]}
@@ -295,8 +262,7 @@ def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
         "emulator_short_at_ms": sorted(i * m.BIN_S * 1000 for i in lost)[:50]}
     if stack.startswith("braid"):
         out["sender"] = _sender_state(res)
-    if faults:
-        fault = _fault_time(res, FAULT, t_fault)
+    if fault:
         tf = fault[1]
         frame = cf.MTU + 14
         moved = first_after(samples, 1, go + tf, frame) if samples and go else None
