@@ -204,13 +204,17 @@ def test_busy_compound_heavy_random_loss_stands_delay_as_the_mark_down() -> None
     # (longest pause between messages 166 ms on this seed, against 33 ms with
     # the deviation off); now it holds the deviation-off figure within a
     # few ms. The transfer never fails and never times out either way.
+    # A QuickAdapt or two may still come, on or off: the dead plane's packets
+    # hold the window until the time rule finds them (decision 0032); which
+    # seeds see one moves with any change to the spray (seeds 1-8 at
+    # 2026-12-07: on 0-2 QuickAdapts, longest pause 27-67 ms, within 1.1x of
+    # off on every seed).
     on = C.scenario_busy_compound()
     off = C.scenario_busy_compound(loss_as_mark=False)
     for r in (on, off):
         assert not r["failed"] and r["rtos"] == 0, r
+        assert r["quick_adapt"] <= 2, r
     assert on["mark_revoked_random"] >= 1 and on["random_bytes"] > 0, on
-    assert on["cwnd_min"] > 8 << 10 and on["quick_adapt"] == 0, on
     assert on["max_gap"] <= 1.25 * off["max_gap"], (on, off)
-    # Off: no cut below the survivor's maxwnd (one plane's, once plane 0
-    # is parked: the line rate follows the planes that are up).
-    assert off["md"] <= 4 and off["cwnd_min"] >= 0.95 * off["max_window"] > 32 << 10, off
+    # Off: no multiplicative cut beyond a few (loss is not a mark there).
+    assert off["md"] <= 4 and off["max_window"] > 32 << 10, off

@@ -16,6 +16,10 @@ from transport.paths.rotation import _Rotation
 
 GOOD = EvState.GOOD
 SKIP = EvState.SKIP
+#: How many packets of new data one plane may carry more than another, for
+#: the turns each was given, while the weights are even (two spray runs):
+#: beyond it the rotation gives way to the other (``SprayPolicy._even_pick``).
+AHEAD = 16
 
 
 class SprayPolicy(PathPolicy):
@@ -46,11 +50,20 @@ class SprayPolicy(PathPolicy):
         self.shares = PlaneShares(n) if plane_shares and n > 1 else None
         self._up = [True] * n
         self._plane_changes = -1  # the EV set's count last seen (-1: never looked)
+        #: New data packets and the rotation's turns per plane while the
+        #: weights are even, and the EV set's count of plane changes they
+        #: were counted since (``_even_pick``).
+        self._packets = [0] * n
+        self._turns = [0] * n
+        self._even_changes = -1
 
     def _pick(self, now: float, avoid: Ev | None) -> Ev | None:
         shares = self.shares
-        if shares is None or shares.even or avoid is not None:
+        if shares is None or avoid is not None:
             return self.rotation.next_good(avoid)
+        if shares.even:
+            return self._even_pick()
+        self._even_changes = -1
         eligible = [s is PlaneState.UP for s in map(self.ev_set.plane_state, range(len(self._up)))]
         if sum(eligible) < 2:  # one plane up: nothing to share
             return self.rotation.next_good(avoid)
@@ -63,9 +76,54 @@ class SprayPolicy(PathPolicy):
                 return ev
             eligible[plane] = False
 
+    def _even_pick(self) -> Ev | None:
+        """The rotation's next EV, unless its plane has carried ``AHEAD``
+        packets more, for the turns it was given, than the plane that is up
+        and has carried the fewest: then that plane's next EV.
+
+        A turn is a pick of the rotation; a run takes one and carries up to
+        ``spray_run`` packets, and runs end with each burst, so the planes'
+        packets drift apart by the runs' lengths with nothing to pull them
+        back, and two equal tail-drop links integrate the drift (on the
+        tail-drop row one link's queue sat at 110-125 KB of its 128 KB and
+        dropped, the other's at 20-50 KB). Measured against the turns (each
+        plane's packets less its turns times the mean run), not in packets:
+        a turn the rotation does not give (an EV skipped for a mark or a
+        trim) is a plane's share falling on purpose. The plane that gives way
+        loses the turn; the other is given one beside the rotation's, which
+        the rotation does not count: it ends when it would have, and an EV
+        skipped for a mark stays skipped as long."""
+        ev = self.rotation.next_good(None)
+        if ev is None:
+            return None
+        es = self.ev_set
+        packets, turns = self._packets, self._turns
+        if es.plane_changes != self._even_changes:
+            # A plane parked or back, or the weights even again: the count
+            # starts again (a plane is not owed what it missed meanwhile).
+            self._even_changes = es.plane_changes
+            for p in range(len(packets)):
+                packets[p] = turns[p] = 0
+        turns[ev.plane] += 1
+        up = [p for p in range(len(packets)) if es.plane_state(p) is PlaneState.UP]
+        if len(up) > 1:
+            run = sum(packets[p] for p in up) / max(1, sum(turns[p] for p in up))
+            over = [packets[p] - run * turns[p] for p in up]
+            least = up[min(range(len(up)), key=over.__getitem__)]
+            if ev.plane in up and over[up.index(ev.plane)] - min(over) >= AHEAD:
+                alt = self.rotation.next_good_on(least, turn=False)
+                if alt is not None:
+                    ev = alt
+        packets[ev.plane] += 1
+        return ev
+
     def _run_packets(self, ev: Ev, n: int) -> None:
         shares = self.shares
-        if shares is not None and not shares.even:
+        if shares is None:
+            return
+        if shares.even:
+            self._packets[ev.plane] += n
+        else:
             shares.charge(ev.plane, n)
 
     def acked(self, ev: Ev, now: float, n: int, ecn: bool) -> None:

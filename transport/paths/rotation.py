@@ -87,14 +87,17 @@ class _Rotation:
             if ev.state is GOOD and ev is not avoid:
                 return ev
 
-    def next_good_on(self, plane: int) -> Ev | None:
+    def next_good_on(self, plane: int, *, turn: bool = True) -> Ev | None:
         """The next GOOD EV of ``plane`` in its rotation order; None if it has
         none. Every ``len(order)`` such picks count as one rotation (SKIPs
-        last as many packets as with the plain rotation)."""
-        self._plane_picks += 1
-        if self._plane_picks >= len(self.order):
-            self._plane_picks = 0
-            self.wrap()
+        last as many packets as with the plain rotation); ``turn`` False: a
+        pick beside the rotation's own, which does not count (the rotation,
+        and what it ends, keep their pace)."""
+        if turn:
+            self._plane_picks += 1
+            if self._plane_picks >= len(self.order):
+                self._plane_picks = 0
+                self.wrap()
         evs = self.plane_order[plane]
         n = len(evs)
         pos = self.plane_pos[plane]
