@@ -121,6 +121,41 @@ def test_the_row_is_selectable_and_out_of_quick() -> None:
     assert topo["link"]["taildrop"] is True and topo["link"]["rate"] == "50mbit"
 
 
+def _link(rate: float, until: float, rates: list[tuple[float, float, float]],
+          step: float = 0.002) -> list[list[float]]:
+    """Samples [t, p0 bytes, p1 bytes] every ``step`` s: link p1 at ``rate``
+    bytes/s except over each (from, to, rate) in ``rates``; p0 silent."""
+    out: list[list[float]] = []
+    t, c = 0.0, 0.0
+    while t <= until + 1e-9:
+        out.append([round(t, 6), 0.0, c])
+        r = next((x for a, b, x in rates if a <= t < b), rate)
+        c += r * step
+        t += step
+    return out
+
+
+def test_the_hold_slides_with_the_samples_not_the_bins() -> None:
+    rate = 12.5e6
+    steady = _link(rate, 1.0, [])
+    # Never dipped: held from the first sample after the fault (0.505 s),
+    # not from the first whole 10 ms bin (which read 5 ms here).
+    held = td.hold_sliding_ms(steady, 1, 0.505, 1.0, rate)
+    assert held is not None and held <= 2.0
+    assert td.hold_ms([2 * rate // 100] * 100, 0.505, 100, rate / 100 * 0.9) == pytest.approx(5.0)
+    # A 30 ms dip to half after the fault: held once no 10 ms window from a
+    # sample on holds part of it (within one sample of the dip's end).
+    dip = _link(rate, 1.0, [(0.51, 0.54, rate / 2)])
+    h = td.hold_sliding_ms(dip, 1, 0.505, 1.0, rate)
+    assert h is not None and 33.0 <= h <= 37.0, h
+    # The emulator lost the dip: excused, the hold is back at the fault.
+    h2 = td.hold_sliding_ms(dip, 1, 0.505, 1.0, rate, lambda a, b: a < 0.54)
+    assert h2 is not None and h2 <= 2.0
+    # Still short at the end: it never held.
+    assert td.hold_sliding_ms(_link(rate, 1.0, [(0.98, 1.1, 0.0)]), 1, 0.505, 1.0, rate) is None
+    assert td.sample_interval_ms(steady) == pytest.approx(2.0)
+
+
 def _case(**kw: Any) -> dict[str, Any]:
     return {"resend_share": 0.001, "bins_at_rate_share": 0.995, "moved_ms": 2.0,
             "hold_ms": 10.0, "complete": True, **kw}
@@ -150,6 +185,16 @@ def test_targets_judge_resends_bins_moved_and_hold_against_mptcp() -> None:
     assert [t[3] for t in td.targets(_data(10.0, 50.0)["rows"])][2] == "NOT met"
     assert [t[3] for t in td.targets(_data(None, None)["rows"])][2] == "NOT met"
     assert [t[3] for t in td.targets(_data(5.0, None)["rows"])][2] == "met"
+    # MPTCP held within one sample too: the link's bytes cannot tell a 10x
+    # apart, and the line says so, with what the applications saw.
+    d = _data(1.5, 1.8)
+    for st in ("braid", "mptcp"):
+        d["rows"]["taildrop"]["per_stack"][st]["faulted"].update(
+            hold_resolution_ms=2.0, stall_ms=15.0 if st == "braid" else 60.0)
+    v = [t[3] for t in td.targets(d["rows"])][2]
+    assert v.startswith("no verdict: mptcp held within one sample") and "60.0" in v, v
+    d["rows"]["taildrop"]["per_stack"]["mptcp"]["faulted"]["hold_ms"] = 12.0
+    assert [t[3] for t in td.targets(d["rows"])][2] == "NOT met"
 
 
 def test_no_verdict_from_a_run_that_was_not_faithful() -> None:
