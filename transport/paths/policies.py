@@ -85,14 +85,15 @@ class SprayPolicy(PathPolicy):
         ``spray_run`` packets, and runs end with each burst, so the planes'
         packets drift apart by the runs' lengths with nothing to pull them
         back, and two equal tail-drop links integrate the drift (on the
-        tail-drop row one link's queue sat at 110-125 KB of its 128 KB and
-        dropped, the other's at 20-50 KB). Measured against the turns (each
-        plane's packets less its turns times the mean run), not in packets:
-        a turn the rotation does not give (an EV skipped for a mark or a
-        trim) is a plane's share falling on purpose. The plane that gives way
-        loses the turn; the other is given one beside the rotation's, which
-        the rotation does not count: it ends when it would have, and an EV
-        skipped for a mark stays skipped as long."""
+        tail-drop row, at every drop one link's queue was at 110-125 KB of
+        its 128 KB and the other's at 20-50 KB; decision 0035). Measured
+        against the turns (each plane's packets less its turns times the
+        mean run), not in packets: a turn the rotation does not give (an EV
+        skipped for a mark or a trim) is a plane's share falling on purpose.
+        The plane that gives way loses the turn; the other is given one
+        beside the rotation's, which the rotation does not count: it ends
+        when it would have, and an EV skipped for a mark stays skipped as
+        long."""
         ev = self.rotation.next_good(None)
         if ev is None:
             return None
