@@ -4,6 +4,7 @@ report judges them (tools/claims/taildrop.py, tools/claims/linkbins.py)."""
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import pytest
@@ -154,6 +155,16 @@ def test_the_hold_slides_with_the_samples_not_the_bins() -> None:
     # Still short at the end: it never held.
     assert td.hold_sliding_ms(_link(rate, 1.0, [(0.98, 1.1, 0.0)]), 1, 0.505, 1.0, rate) is None
     assert td.sample_interval_ms(steady) == pytest.approx(2.0)
+    # At 12 Mbit/s a frame is a tenth of a window: frames leaving in pairs
+    # (runs of 2) at 96% of the rate, counted whole, must not read short.
+    slow = 1.5e6
+    pairs = [k * 2 * 1514 / (0.96 * slow) for k in range(700)]
+    frames = [[s[0], 0.0, 2 * 1514.0 * bisect.bisect_right(pairs, s[0])]
+              for s in _link(slow, 1.0, [])]
+    held = td.hold_sliding_ms(frames, 1, 0.505, 1.0, slow)
+    assert held is not None and held <= 2.0, held
+    assert td.hold_sliding_ms(frames, 1, 0.505, 1.0, slow, frame=0) is not None  # (read late)
+    assert td.hold_sliding_ms(frames, 1, 0.505, 1.0, slow, frame=0) > 100
 
 
 def _case(**kw: Any) -> dict[str, Any]:

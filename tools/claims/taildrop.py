@@ -173,7 +173,7 @@ def hold_ms(survivor: list[int], t_fault: float, end: int, target: float,
 
 def hold_sliding_ms(samples: Sequence[Sequence[float]], iface: int, t_fault: float,
                     t_end: float, rate: float, excused: Callable[[float, float], bool]
-                    = lambda a, b: False) -> float | None:
+                    = lambda a, b: False, frame: int = 1514) -> float | None:
     """Time from the fault (``t_fault``, on the samples' clock) until every
     10 ms window starting at a sample from then on, to ``t_end``, carries
     >= ``RATE_SHARE`` of ``rate`` (bytes/s) on interface ``iface`` (or is
@@ -183,7 +183,10 @@ def hold_sliding_ms(samples: Sequence[Sequence[float]], iface: int, t_fault: flo
     Windows slide with the samples (every ~2 ms) instead of standing on the
     10 ms bins: with bins, a stack that never dipped read as holding from the
     first whole bin after the fault, 0-10 ms by where the fault fell in its
-    bin, and two such stacks compared by that phase alone."""
+    bin, and two such stacks compared by that phase alone. The counters
+    count whole frames, so a window's edges may cut one: a window is short
+    only if one more ``frame`` would not bring it to the share (at 12 Mbit/s
+    a frame is a tenth of a window)."""
     starts: list[int] = []
     j = 0
     bad = -1
@@ -199,7 +202,7 @@ def hold_sliding_ms(samples: Sequence[Sequence[float]], iface: int, t_fault: flo
             break
         e = samples[j]
         starts.append(i)
-        if e[iface + 1] - s[iface + 1] < RATE_SHARE * rate * (e[0] - s[0]) \
+        if e[iface + 1] - s[iface + 1] + frame < RATE_SHARE * rate * (e[0] - s[0]) \
                 and not excused(s[0], e[0]):
             bad = len(starts) - 1
     if not starts or bad == len(starts) - 1:
@@ -314,7 +317,7 @@ def _run(ctx: Ctx, stack: str, label: str, dur: float, t_fault: float,
                     "hold_ms": None if not samples or not go else hold_sliding_ms(
                         samples, 1, go + tf, go + dur, rates[1],
                         lambda a, b: any(i in lost1 for i in range(
-                            int((a - go) / m.BIN_S), int((b - go) / m.BIN_S) + 1))),
+                            int((a - go) / m.BIN_S), int((b - go) / m.BIN_S) + 1)), frame),
                     "hold_resolution_ms": sample_interval_ms(samples),
                     "hold_bins_ms": hold_ms(per_link[1], tf, end, RATE_SHARE * link_bin, lost1),
                     "short_bins_after": short_bins(per_link[1], tf, end, RATE_SHARE * link_bin,

@@ -51,10 +51,10 @@ class SprayPolicy(PathPolicy):
         self._up = [True] * n
         self._plane_changes = -1  # the EV set's count last seen (-1: never looked)
         #: New data packets and the rotation's turns per plane while the
-        #: weights are even, and the EV set's count of plane changes they
-        #: were counted since (``_even_pick``).
-        self._packets = [0] * n
-        self._turns = [0] * n
+        #: weights are even (``_even_pick``; made at its first pick: a
+        #: connection that never sends data, a half-open one, keeps none),
+        #: and the EV set's count of plane changes they were counted since.
+        self._counts: tuple[list[int], list[int]] | None = None
         self._even_changes = -1
 
     def _pick(self, now: float, avoid: Ev | None) -> Ev | None:
@@ -98,7 +98,9 @@ class SprayPolicy(PathPolicy):
         if ev is None:
             return None
         es = self.ev_set
-        packets, turns = self._packets, self._turns
+        if self._counts is None:
+            self._counts = ([0] * es.planes, [0] * es.planes)
+        packets, turns = self._counts
         if es.plane_changes != self._even_changes:
             # A plane parked or back, or the weights even again: the count
             # starts again (a plane is not owed what it missed meanwhile).
@@ -123,7 +125,8 @@ class SprayPolicy(PathPolicy):
         if shares is None:
             return
         if shares.even:
-            self._packets[ev.plane] += n
+            if self._counts is not None:
+                self._counts[0][ev.plane] += n
         else:
             shares.charge(ev.plane, n)
 
