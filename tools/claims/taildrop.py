@@ -31,7 +31,7 @@ from tools.claims import fabric as cf
 from tools.claims import metrics as m
 from tools.claims.fabric import ClaimsFabric
 from tools.claims.linkbins import SamplerProcess, first_after, link_bins
-from tools.claims.qdiscbins import excused, ideal, lateness, resolution
+from tools.claims.qdiscbins import FRAME_BYTES, excused, ideal, lateness, resolution
 from tools.claims.runs import (
     Ctx,
     _braid_stat,
@@ -173,7 +173,7 @@ def hold_ms(survivor: list[int], t_fault: float, end: int, target: float,
 
 def hold_sliding_ms(samples: Sequence[Sequence[float]], iface: int, t_fault: float,
                     t_end: float, rate: float, excused: Callable[[float, float], bool]
-                    = lambda a, b: False, frame: int = 1514) -> float | None:
+                    = lambda a, b: False, frame: int = FRAME_BYTES) -> float | None:
     """Time from the fault (``t_fault``, on the samples' clock) until every
     10 ms window starting at a sample from then on, to ``t_end``, carries
     >= ``RATE_SHARE`` of ``rate`` (bytes/s) on interface ``iface`` (or is

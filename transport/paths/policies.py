@@ -109,11 +109,11 @@ class SprayPolicy(PathPolicy):
                 packets[p] = turns[p] = 0
         turns[ev.plane] += 1
         up = [p for p in range(len(packets)) if es.plane_state(p) is PlaneState.UP]
-        if len(up) > 1:
+        if len(up) > 1 and ev.plane in up:
             run = sum(packets[p] for p in up) / max(1, sum(turns[p] for p in up))
-            over = [packets[p] - run * turns[p] for p in up]
-            least = up[min(range(len(up)), key=over.__getitem__)]
-            if ev.plane in up and over[up.index(ev.plane)] - min(over) >= AHEAD:
+            least = min(up, key=lambda p: packets[p] - run * turns[p])
+            ahead = packets[ev.plane] - packets[least] - run * (turns[ev.plane] - turns[least])
+            if ahead >= AHEAD:
                 alt = self.rotation.next_good_on(least, turn=False)
                 if alt is not None:
                     ev = alt
