@@ -118,10 +118,27 @@ class ControlServer:
                 raise DaemonError(f"{path} exists and is not a socket")
             path.unlink()
         old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Bound and listening under a private name, then renamed: the path
+        # appears only once it accepts, so a client that waits for the file
+        # (a script, a test) is never refused in between.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
         try:
-            server = await asyncio.start_unix_server(self._client, path=str(path),
+            try:
+                sock.bind(str(tmp))
+            except OSError:  # e.g. the longer name does not fit sun_path
+                tmp = path
+                sock.bind(str(tmp))
+            sock.listen(100)
+            if tmp != path:
+                os.rename(tmp, path)
+            server = await asyncio.start_unix_server(self._client, sock=sock,
                                                      limit=control.MAX_LINE)
         except OSError as exc:
+            sock.close()
+            if tmp != path:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
             raise DaemonError(f"cannot create control socket {path}: {exc.strerror}") from None
         finally:
             os.umask(old)

@@ -316,3 +316,18 @@ def test_killed_client_blocked_on_a_full_window_queues_nothing_more(tmp_path: Pa
             b.proc.send_signal(signal.SIGCONT)
         a.stop()
         b.stop()
+
+
+def test_the_control_socket_accepts_as_soon_as_it_exists(tmp_path: Path) -> None:
+    # The socket is bound and listening under a private name and renamed
+    # into place: a client that connects the moment the path appears is
+    # never refused (bound at the path itself, there was a moment between
+    # bind and listen, and a loaded CI host once hit it).
+    a, _ = write_configs(tmp_path)
+    try:
+        a.start()  # returns as soon as the path exists
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(a.socket))  # no retry
+        assert not [p for p in a.socket.parent.iterdir() if p.name.startswith(f".{a.socket.name}.")]
+    finally:
+        a.stop()
