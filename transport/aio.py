@@ -22,31 +22,28 @@ one datagram, as before.
 from __future__ import annotations
 
 import asyncio
-import errno
 import socket
 import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from transport.aio_send import DatagramSender
 from transport.connection import Connection
-from transport.datagram import RxInfo, Tap, TxPath
+from transport.datagram import RxInfo, Tap
 from transport.endpoint import Endpoint, PeerKey
 from transport.events import Event
 from transport.queue_wait import QueueWait
 from transport.rx_moderation import RX_HOLDOFF, RX_POLL_TARGET, next_poll_interval
 from transport.timerfd import TimerFd
 from transport.udp import (
-    GSO_MAX_BYTES,
-    GSO_MAX_SEGMENTS,
     RX_ANC_SPACE,
     SCM_TIMESTAMPNS,
     SOL_UDP,
     PeerTable,
     PlaneAddr,
     PlaneSockets,
-    errno_name,
 )
-from wire.constants import ECN_CE, Dscp
+from wire.constants import ECN_CE
 
 #: Datagrams read per readiness callback before the connections are serviced
 #: (bounds the latency of the ACKs the reads produce).
@@ -54,18 +51,9 @@ RX_BUDGET = 256
 #: datagrams_to_send() rounds per service pass before yielding to the loop.
 TX_ROUNDS = 4
 _MAX_DGRAM = 65536
-_DATA_DSCP = int(Dscp.DATA)
 _INT = struct.Struct("i")
 _TIMESPEC = struct.Struct("qq")
 _SOL_SOCKET = socket.SOL_SOCKET
-#: errnos that mean "this host cannot reach there on this plane now" (link
-#: down, route gone or ignored after carrier loss, neighbour failed, firewall,
-#: source address gone): the core parks the plane (``on_path_unreachable``).
-_UNREACHABLE = frozenset((errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EPERM,
-                          errno.EADDRNOTAVAIL))
-#: errnos that mean "this kernel or device cannot do UDP GSO here".
-_GSO_REFUSED = (errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOPROTOOPT)
-
 EventHandler = Callable[[Connection, PeerKey, Event], None]
 
 
@@ -75,7 +63,7 @@ EventHandler = Callable[[Connection, PeerKey, Event], None]
 TIMERFD_BELOW = 2e-3
 
 
-class EndpointIO:
+class EndpointIO(DatagramSender):
     """Sockets for every plane, one timer handle, and the service pass.
 
     ``on_event(conn, peer, event)`` is called synchronously for every event
@@ -91,6 +79,8 @@ class EndpointIO:
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint
+        # A new-data run comes sealed whole, one GSO send (``_send_run``).
+        endpoint.sealed_runs = batch
         self.plane_addrs = list(planes)
         self.peers = peers
         self.on_event = on_event
@@ -363,7 +353,7 @@ class EndpointIO:
         ep = self.endpoint
         more = False
         for _ in range(TX_ROUNDS):
-            out = ep.datagrams_to_send(time.monotonic())
+            out = ep.runs_to_send(time.monotonic())
             if not out:
                 break
             self._send(out)
@@ -375,110 +365,6 @@ class EndpointIO:
         if more:
             self.kick()
         self._arm()
-
-    def _send(self, out: list[tuple[PeerKey, bytes, TxPath]]) -> None:
-        if self.tap is not None:
-            now = time.monotonic()
-            for _peer, data, path in out:
-                self.tap.on_tx(now, data, path)
-        planes = self.planes
-        sockaddr = self.peers.sockaddr
-        n_tx = 0
-        n_bytes = 0
-        n_sends = 0
-        n_planes = len(planes)
-        n_out = len(out)
-        unreachable: dict[tuple[PeerKey, int], int] | None = None
-        i = 0
-        while i < n_out:
-            peer, data, path = out[i]
-            if not 0 <= path.plane < n_planes:
-                # The core folds every plane into range; never let one bad
-                # number abort the service pass (a CLOSE behind it would be lost).
-                self.tx_errors["bad_plane"] = self.tx_errors.get("bad_plane", 0) + 1
-                i += 1
-                continue
-            ps = planes[path.plane]
-            dest = sockaddr(peer, path.plane, path.ev)
-            if dest is None:
-                self.tx_errors["no_route"] = self.tx_errors.get("no_route", 0) + 1
-                i += 1
-                continue
-            pool = ps.pool
-            sock = pool[path.ev % len(pool)]
-            size = len(data)
-            j = i + 1
-            total = size
-            if ps.gso:
-                # The run of datagrams that can share one GSO send: same peer,
-                # plane, EV and codepoint; equal sizes, only the last shorter.
-                ev, plane, dscp = path.ev, path.plane, path.dscp
-                while j < n_out and j - i < GSO_MAX_SEGMENTS:
-                    p2, d2, path2 = out[j]
-                    # The core hands a run one TxPath object: identity first.
-                    if path2 is not path and (path2.ev != ev or path2.plane != plane
-                                              or path2.dscp != dscp):
-                        break
-                    if p2 is not peer and p2 != peer:
-                        break
-                    n2 = len(d2)
-                    if n2 > size or total + n2 > GSO_MAX_BYTES:
-                        break
-                    total += n2
-                    j += 1
-                    if n2 < size:
-                        break
-            try:
-                if j == i + 1:
-                    if path.dscp == _DATA_DSCP:
-                        sock.sendto(data, dest)
-                    else:
-                        sock.sendmsg([data], ps.cmsg[path.dscp], 0, dest)
-                else:
-                    anc = [ps.gso_cmsg(size)]
-                    if path.dscp != _DATA_DSCP:
-                        anc += ps.cmsg[path.dscp]
-                    sock.sendmsg([d for _p, d, _t in out[i:j]], anc, 0, dest)
-                    self.gso_sends += 1
-            except OSError as exc:
-                if j > i + 1 and exc.errno in _GSO_REFUSED:
-                    # This kernel/device cannot segment: one datagram per call
-                    # on this plane from now on (retry the same run).
-                    ps.gso = False
-                    self.tx_errors["gso_refused"] = self.tx_errors.get("gso_refused", 0) + 1
-                    # Runs would now only be bursts: back to per-packet spraying.
-                    self.endpoint.set_spray_run(1)
-                    continue
-                # A full socket buffer (EAGAIN/ENOBUFS) is a loss like any
-                # other: the core recovers it. Count it, never stall.
-                self._count_tx_error(exc)
-                if exc.errno in _UNREACHABLE:
-                    # The host's own link or route is gone: tell the core once
-                    # per (peer, plane) after this pass, so it routes around.
-                    if unreachable is None:
-                        unreachable = {}
-                    key = (peer, path.plane)
-                    unreachable[key] = unreachable.get(key, 0) + j - i
-                i = j
-                continue
-            n_tx += j - i
-            n_bytes += total
-            n_sends += 1
-            i = j
-        self.tx_datagrams += n_tx
-        self.tx_sends += n_sends
-        self.tx_bytes += n_bytes
-        if unreachable:
-            now = time.monotonic()
-            if len(self.tx_unreachable) < n_planes:
-                self.tx_unreachable += [0] * (n_planes - len(self.tx_unreachable))
-            for (peer, plane), n in unreachable.items():
-                self.tx_unreachable[plane] += n
-                self.endpoint.on_path_unreachable(peer, plane, now, n)
-
-    def _count_tx_error(self, exc: OSError) -> None:
-        name = errno_name(exc)
-        self.tx_errors[name] = self.tx_errors.get(name, 0) + 1
 
     def _dispatch(self) -> None:
         ep = self.endpoint

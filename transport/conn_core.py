@@ -14,7 +14,7 @@ from collections import deque
 from congestion import registry as cc_registry
 from transport.config import ConnectionConfig
 from transport.conn_state import TERMINAL, ConnEvent, ConnState, next_state
-from transport.datagram import TxPath
+from transport.datagram import Outgoing, TxPath
 from transport.events import ConnectionFailed, Event
 from transport.host_share import HostShare
 from transport.loss_policy import LossCause, LossHistory, LossKind, QueueSensor, classify
@@ -124,9 +124,12 @@ class ConnCore:
         self._events: deque[Event] = deque()
         #: Planes not parked, as the controller was last told (its line rate).
         self._planes_up: int = self.config.planes
-        self._control: list[tuple[bytes, TxPath]] = []
+        self._control: list[tuple[Outgoing, TxPath]] = []
         #: Data TxPaths by (plane << 24 | EV << 8 | DSCP): immutable, built once.
         self._tx_paths: dict[int, TxPath] = {}
+        #: Hand out a new-data run as one ``SealedRun`` (True: the I/O layer
+        #: sends it in one UDP GSO call) or as its datagrams (False).
+        self.sealed_runs = False
         self._hs_packet: bytes | None = None
         self._hs_deadline: float | None = None
         self._hs_tries = 0

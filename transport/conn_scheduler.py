@@ -4,6 +4,7 @@ data under the window, the pacer and the burst limit (``_output``)."""
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from transport.conn_core import (
     _ACK_REQ,
@@ -15,7 +16,8 @@ from transport.conn_core import (
     _us,
 )
 from transport.conn_dispatch import ConnDispatch
-from transport.datagram import TxPath
+from transport.datagram import Outgoing, SealedRun, TxPath, unrun
+from transport.ev_state import Ev
 from transport.psn import wire as psn_wire
 from transport.sender import SentPacket
 
@@ -24,6 +26,15 @@ class ConnScheduler(ConnDispatch):
     """Part of ``Connection``: what goes out, and when."""
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, TxPath]]:
+        """What is due to leave, one datagram per item."""
+        out = self.runs_to_send(now)
+        if self.sealed_runs:
+            return unrun(out)
+        return cast(list[tuple[bytes, TxPath]], out)  # no SealedRun without sealed_runs
+
+    def runs_to_send(self, now: float) -> list[tuple[Outgoing, TxPath]]:
+        """What is due to leave; with ``sealed_runs`` set, a new-data run as
+        one ``SealedRun`` (its datagrams back to back, one GSO send)."""
         if not self._stirred:
             return []  # nothing reached us since a call that found nothing
         self._timer_known = False
@@ -31,7 +42,7 @@ class ConnScheduler(ConnDispatch):
         self._stirred = bool(out)  # output may have more behind it (max_burst)
         return out
 
-    def _output(self, now: float) -> list[tuple[bytes, TxPath]]:
+    def _output(self, now: float) -> list[tuple[Outgoing, TxPath]]:
         self._now = now
         share = self.host_share
         if share is not None:
@@ -55,7 +66,7 @@ class ConnScheduler(ConnDispatch):
         window, tokens, need, rate = cc.send_quota(now=now, size=size)
         sizes: list[int] = []
         health = self.health
-        next_new, seal_data, append = s.next_new, sealer.seal_data, out.append
+        take, seal_data, append = s.take, sealer.seal_data, out.append
         retx_queue = s.retx_queue
         unsampled = self._rtt_unsampled
         tx_paths = self._tx_paths
@@ -136,10 +147,9 @@ class ConnScheduler(ConnDispatch):
                         budget -= 1
                 continue
             # New data: a run of up to k packets on the EV the policy picks once.
-            seg = next_new()
-            if seg is None:
+            first, more = take(1)
+            if not first:
                 break
-            p, payload, more = seg
             # What may leave now, so that a run takes only its plane's part.
             room = budget
             if in_flight:
@@ -150,53 +160,91 @@ class ConnScheduler(ConnDispatch):
                 room = min(room, max(1, 1 + int((tokens - need) // size)))
             ev, k = health.pick_run(now, room)
             if ev is None:
-                s.put_back(p)
+                s.put_back(first[0])
                 break
-            plane, value = ev.plane, ev.value
-            key = (plane << 16) | value
-            path = tx_paths.get((key << 8) | _DSCP_DATA)
-            if path is None:
-                path = tx_paths[(key << 8) | _DSCP_DATA] = TxPath(plane, value, _DSCP_DATA)
-            run: list[SentPacket] = []
-            sent = 0
-            while True:
-                flags = _LAST if p.last else 0
-                if not more:
-                    flags |= _ACK_REQ  # the tail: don't make the receiver wait
-                elif fill_req and in_flight + p.length + size > window:
-                    flags |= _ACK_REQ  # it fills the window: only a SACK opens it
-                if unsampled and plane in unsampled:
-                    flags |= _ACK_REQ  # this plane's base RTT, before a queue forms
-                    unsampled.discard(plane)
-                # Positional: keyword matching is a measurable share per packet.
-                append((seal_data(p.psn & 0xFFFFFFFF, value, plane, p.msg_id, p.offset,
-                                  p.msg_len, ts, payload, flags), path))
-                run.append(p)
-                sent += 1
-                n = p.length
-                tokens -= n
-                in_flight += n
-                # The loop's own checks, for the next packet of the run.
-                if sent == k or not more:
-                    break
-                if in_flight and in_flight + size > window:
-                    cc.can_send(in_flight=in_flight, size=size)
-                    break
-                if tokens < need and now + (need - tokens) / rate > now:
-                    break
-                seg = next_new()
-                if seg is None:
-                    break
-                p, payload, more = seg
+            # k <= room: the window and the pacer have room for all k at full
+            # size, so only the queue (its end, the PSN window, the credit)
+            # can stop the run short.
+            run = first
+            if more and k > 1:
+                rest, more = take(k - 1)
+                run += rest
+            sent = len(run)
+            self._seal_run(run, ev, more, in_flight, window, fill_req, ts, out)
+            nbytes = 0
+            for q in run:
+                nbytes += q.length
             sizes += [q.length for q in run]
+            tokens -= nbytes
             budget -= sent
             if sent < k:
                 health.unsend_run(ev, k - sent)
-            s.on_sent_run(run, ev=ev, ev_key=key, now=now, timestamp=ts)
+            s.on_sent_run(run, ev=ev, ev_key=(ev.plane << 16) | ev.value, now=now,
+                          timestamp=ts)
             health.on_sent_run(ev, now, sent)
             if sent < k and more:
-                break  # stopped by the window, the pacer, the PSN window or credit
+                break  # stopped by the PSN window or credit
         cc.on_sent_run(now=now, sizes=sizes)
         if self._persist_at is None and s.credit_blocked and not s.has_outstanding:
             self._persist_at = now + s.rto()
         return out
+
+    def _seal_run(self, run: list[SentPacket], ev: Ev, more: bool, in_flight: int,
+                  window: float, fill_req: bool, ts: int,
+                  out: list[tuple[Outgoing, TxPath]]) -> None:
+        """Seal ``run`` (first transmissions, consecutive PSNs, on ``ev``) into
+        ``out``: one ``seal_data_run`` per message it covers, kept whole as a
+        ``SealedRun`` when the I/O layer sends runs (``sealed_runs``), else
+        cut into datagrams. Flags as a packet-at-a-time loop would set them:
+        LAST on a message's last segment; ACK_REQ on the run's first packet
+        when its plane has no RTT sample yet, and on its last when it is the
+        tail of the queue or fills the window (only a SACK opens it)."""
+        sealer = self._sealer
+        assert sealer is not None
+        plane, value = ev.plane, ev.value
+        key = (((plane << 16) | value) << 8) | _DSCP_DATA
+        path = self._tx_paths.get(key)
+        if path is None:
+            path = self._tx_paths[key] = TxPath(plane, value, _DSCP_DATA)
+        tail = run[-1]
+        end_flags = 0
+        if not more:
+            end_flags = _ACK_REQ  # the tail: don't make the receiver wait
+        elif fill_req:
+            before = in_flight
+            for q in run:
+                before += q.length
+            if before - tail.length + tail.length + self.config.payload_size > window:
+                end_flags = _ACK_REQ  # it fills the window: only a SACK opens it
+        first_flags = 0
+        unsampled = self._rtt_unsampled
+        if unsampled and plane in unsampled:
+            first_flags = _ACK_REQ  # this plane's base RTT, before a queue forms
+            unsampled.discard(plane)
+        whole = self.sealed_runs
+        seg = self.config.payload_size
+        i, n = 0, len(run)
+        while i < n:
+            p = run[i]
+            j = i + 1
+            msg_id = p.msg_id
+            while j < n and run[j].msg_id == msg_id:
+                j += 1
+            if i == 0 and first_flags and j > 1:
+                j = 1  # the first packet's flags are its own
+            last = run[j - 1]
+            flags = first_flags if i == 0 else 0
+            last_flags = (_LAST if last.last else 0) | (end_flags if j == n else 0)
+            data = p.data
+            assert data is not None
+            view = memoryview(data)[p.offset:last.offset + last.length]
+            buf, count, dsize = sealer.seal_data_run(
+                p.psn & 0xFFFFFFFF, value, plane, msg_id, p.offset, p.msg_len, ts, view, seg,
+                flags, last_flags)
+            if whole and count > 1:
+                out.append((SealedRun(buf, count, dsize), path))
+            elif count == 1:
+                out.append((buf, path))
+            else:
+                out += [(buf[o:o + dsize], path) for o in range(0, len(buf), dsize)]
+            i = j

@@ -2,6 +2,10 @@
 
 The core hands out ``(bytes, TxPath)`` pairs and takes ``(bytes, RxInfo)``;
 the real I/O adapter, the simulated fabric and tests all speak only this.
+An adapter that sends a spray run in one UDP GSO call may ask for runs
+whole (``Endpoint.sealed_runs``): a new-data run then comes as one
+``SealedRun`` (its datagrams back to back, as GSO takes them) in place of
+its datagrams.
 """
 
 from __future__ import annotations
@@ -42,6 +46,44 @@ class RxInfo:
     ce: bool = False
     dscp: int = 0
     lag: float = 0.0
+
+
+class SealedRun:
+    """``count`` datagrams of one run, sealed back to back into ``buf``:
+    each ``size`` bytes, the last maybe shorter (UDP GSO's layout, one
+    ``sendmsg``). ``datagrams()`` cuts it into what it stands for."""
+
+    __slots__ = ("buf", "count", "size")
+
+    def __init__(self, buf: bytes, count: int, size: int) -> None:
+        self.buf = buf
+        self.count = count
+        self.size = size
+
+    def datagrams(self) -> list[bytes]:
+        buf, size = self.buf, self.size
+        return [buf[i:i + size] for i in range(0, len(buf), size)]
+
+    def __len__(self) -> int:
+        return len(self.buf)
+
+    def __repr__(self) -> str:
+        return f"SealedRun({self.count} x {self.size} bytes, {len(self.buf)} in all)"
+
+
+#: One item the core hands out: a datagram, or a run of them (``SealedRun``).
+Outgoing = bytes | SealedRun
+
+
+def unrun(out: list[tuple[Outgoing, TxPath]]) -> list[tuple[bytes, TxPath]]:
+    """``out`` with every ``SealedRun`` cut into its datagrams, in order."""
+    flat: list[tuple[bytes, TxPath]] = []
+    for data, path in out:
+        if isinstance(data, SealedRun):
+            flat += [(d, path) for d in data.datagrams()]
+        else:
+            flat.append((data, path))
+    return flat
 
 
 class Tap(Protocol):

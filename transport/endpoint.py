@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from transport.config import ConnectionConfig
 from transport.connection import Connection
-from transport.datagram import RxInfo, TxPath
+from transport.datagram import Outgoing, RxInfo, TxPath
 from transport.events import ConnectionClosed, ConnectionFailed, Event
 from transport.host_share import HostShare
 from wire.codec import HandshakeCodec, peek_untrusted
@@ -84,6 +84,10 @@ class Endpoint:
         self.unknown_answered = 0
         #: This host's sending connections share its maxwnd (``host_share``).
         self.host_share = HostShare() if config.host_share else None
+        #: New-data runs as one ``SealedRun`` each (``transport.datagram``):
+        #: set by an I/O layer that sends a run in one UDP GSO call. Off, every
+        #: item of ``datagrams_to_send`` is one datagram.
+        self.sealed_runs = False
 
     # -- bookkeeping -------------------------------------------------------------
 
@@ -123,6 +127,7 @@ class Endpoint:
         conn = Connection.initiate(config=replace(cfg, seed=cfg.seed ^ cid), secret=self.secret,
                                    local_cid=cid, now=now)
         conn.host_share = self.host_share
+        conn.sealed_runs = self.sealed_runs
         self.connections[cid] = conn
         self._peer[cid] = peer
         self.initiated += 1
@@ -215,6 +220,7 @@ class Endpoint:
         conn = Connection.accept(config=replace(self.config, seed=self.config.seed ^ lcid),
                                  secret=self.secret, local_cid=lcid, init=init, now=now)
         conn.host_share = self.host_share
+        conn.sealed_runs = self.sealed_runs
         self.connections[lcid] = conn
         self._peer[lcid] = peer
         self._init_nonce[init.nonce] = lcid
@@ -277,9 +283,25 @@ class Endpoint:
                 self._collect(conn)
 
     def datagrams_to_send(self, now: float) -> list[tuple[PeerKey, bytes, TxPath]]:
+        """What every connection has due, one datagram per item."""
         out, self._stateless = self._stateless, []
         for cid, conn in self.connections.items():
             batch = conn.datagrams_to_send(now)
+            if batch:
+                peer = self._peer[cid]
+                out += [(peer, d, p) for d, p in batch]
+            self._collect(conn)
+        return out
+
+    def runs_to_send(self, now: float) -> list[tuple[PeerKey, Outgoing, TxPath]]:
+        """``datagrams_to_send`` with new-data runs whole (``SealedRun``)
+        when ``sealed_runs`` is set: for an I/O layer that sends a run in
+        one UDP GSO call."""
+        out: list[tuple[PeerKey, Outgoing, TxPath]] = []
+        out += self._stateless
+        self._stateless = []
+        for cid, conn in self.connections.items():
+            batch = conn.runs_to_send(now)
             if batch:
                 peer = self._peer[cid]
                 out += [(peer, d, p) for d, p in batch]

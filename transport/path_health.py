@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from transport.datagram import TxPath
+from transport.datagram import Outgoing, TxPath
 from transport.events import EvStateChanged
 from transport.loss_policy import LOSS_PENALTY, LossVerdict
 from transport.paths import Ev, PathPolicy
@@ -210,7 +210,7 @@ class PathHealth:
     # -- probes ------------------------------------------------------------------
 
     def send_probes(self, now: float, sealer: Sealer, *, psn: int, timestamp: int,
-                    out: list[tuple[bytes, TxPath]]) -> None:
+                    out: list[tuple[Outgoing, TxPath]]) -> None:
         for ev in self.paths.ev_set.due_probes(now):
             pid = self._next_probe_id
             self._next_probe_id = (pid + 1) & 0xFFFFFFFF or 1

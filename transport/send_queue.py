@@ -190,6 +190,37 @@ class SendQueue:
         return (p, data[off:end] if data.__class__ is bytes else bytes(data[off:end]),
                 bool(self._outbound))
 
+    def take(self, n: int) -> tuple[list[SentPacket], bool]:
+        """Up to ``n`` segments of new data, as ``next_new`` would give them
+        one by one (it stops where that returns None), without copying their
+        payloads (each carries its message in ``data``), and whether more
+        new data is queued behind the last."""
+        taken: list[SentPacket] = []
+        outbound = self._outbound
+        size = self.payload_size
+        while len(taken) < n and outbound:
+            if self.next_psn - self.cum_acked >= self.psn_window:
+                break
+            ob = outbound[0]
+            total = ob.total
+            off = ob.next_offset
+            m = total - off
+            if m > size:
+                m = size
+            if self.new_bytes_sent + m > self.credit_edge:
+                break  # the receiver has no room for it yet
+            self.new_bytes_sent += m
+            end = off + m
+            p = SentPacket(self.next_psn, ob.msg_id, off, m, total, end >= total)
+            self.next_psn += 1
+            p.data = ob.data
+            taken.append(p)
+            if end >= total:
+                outbound.popleft()
+            else:
+                ob.next_offset = end
+        return taken, bool(outbound)
+
     def _payload_of(self, p: SentPacket) -> bytes:
         data = p.data
         assert data is not None  # acknowledged packets are never resent

@@ -203,9 +203,29 @@ class _SealerGeneric:
 
     def seal_data(
         self, psn: int, ev: int, plane: int, msg_id: int, msg_offset: int, msg_len: int,
-        timestamp: int, payload: bytes, flags: int = 0,
+        timestamp: int, payload: bytes | memoryview, flags: int = 0,
     ) -> bytes:
         raise NotImplementedError
+
+    def seal_data_run(
+        self, psn: int, ev: int, plane: int, msg_id: int, msg_offset: int, msg_len: int,
+        timestamp: int, payload: bytes | memoryview, segment: int, flags: int = 0,
+        last_flags: int = 0,
+    ) -> tuple[bytes, int, int]:
+        """``payload`` cut into ``segment``-byte slices, each sealed as its
+        own DATA datagram (consecutive PSNs and offsets, ``last_flags`` added
+        on the last), back to back in one buffer as UDP GSO sends them:
+        ``(buffer, count, size of the first datagram)``. The same bytes as
+        ``seal_data`` called once per slice."""
+        if not 0 < segment <= 0xFFFF:
+            raise ValueError("segment must be 1 .. 65535 payload bytes")
+        n = max(1, -(-len(payload) // segment))
+        out = [self.seal_data((psn + i) & 0xFFFFFFFF, ev, plane, msg_id,
+                              msg_offset + i * segment, msg_len, timestamp,
+                              payload[i * segment:(i + 1) * segment],
+                              (flags | last_flags) if i == n - 1 else flags)
+               for i in range(n)]
+        return b"".join(out), n, len(out[0])
 
     def _next_counter(self) -> int:
         c = self.counter
@@ -259,7 +279,7 @@ class PySealer(_SealerGeneric):
 
     def seal_data(
         self, psn: int, ev: int, plane: int, msg_id: int, msg_offset: int, msg_len: int,
-        timestamp: int, payload: bytes, flags: int = 0,
+        timestamp: int, payload: bytes | memoryview, flags: int = 0,
     ) -> bytes:
         """The hot path: a DATA datagram without building a ``Data`` object
         (arguments in this order may be passed by position: the sender's run

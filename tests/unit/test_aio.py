@@ -15,7 +15,7 @@ from test_daemon import free_ports as _free_ports
 from transport.aio import EndpointIO
 from transport.config import ConnectionConfig
 from transport.connection import Connection
-from transport.datagram import TxPath
+from transport.datagram import Outgoing, SealedRun, TxPath
 from transport.endpoint import Endpoint, PeerKey
 from transport.eventloop import new_event_loop
 from transport.events import ConnectionFailed, Event, MessageDelivered
@@ -208,6 +208,45 @@ def test_gso_refused_falls_back_to_datagrams_and_per_packet_spraying() -> None:
     finally:
         eio.close()
         loop.close()
+
+
+def test_a_sealed_run_refused_gso_goes_out_as_its_datagrams() -> None:
+    """A run sealed whole (``SealedRun``) on a device that cannot segment:
+    its datagrams one call each, in order, nothing lost."""
+    port = free_port()
+    table = PeerTable(1, [port])
+    table.add("b", [PlaneAddr("127.0.0.1", port)])
+    ep = Endpoint(config=replace(CFG, planes=1, spray_run=8), secret=SECRET)
+    ep.connect("b", 0.0)
+    eio = EndpointIO(ep, [PlaneAddr("127.0.0.6", free_port())], table)
+    assert ep.sealed_runs  # asked for by an I/O layer that batches
+    loop = new_event_loop()
+    try:
+        eio.open(loop)
+        fake = _NoGsoSocket()
+        real = eio.planes[0].pool
+        eio.planes[0].pool = [fake]  # type: ignore[list-item]
+        path = TxPath(0, 7, int(Dscp.DATA))
+        run = SealedRun(b"".join(bytes([i]) * 100 for i in range(3)) + b"\x09" * 40, 4, 100)
+        out: list[tuple[PeerKey, Outgoing, TxPath]] = [("b", b"\x05" * 60, path),
+                                                       ("b", run, path)]
+        eio._send(out)
+        assert fake.sent == [b"\x05" * 60, *run.datagrams()]
+        assert eio.tx_datagrams == 5 and eio.tx_errors == {"gso_refused": 1}
+        eio.planes[0].pool = real
+    finally:
+        eio.close()
+        loop.close()
+
+
+def test_jumbo_runs_larger_than_one_gso_send_arrive_byte_exact() -> None:
+    """8 x 8,888-byte datagrams exceed one UDP GSO send (64 KB): such a run
+    goes out in smaller batches, never refused (EMSGSIZE)."""
+    cfg = replace(CFG, spray_run=8, payload_size=8888)
+    res = transfer("127.0.0.2", "127.0.0.3", 4 << 20, cfg=cfg)
+    a = res["a"]
+    assert a["tx_errors"] == {}, a["tx_errors"]  # type: ignore[index]
+    assert res["conn"]["bytes_acked"] == 4 << 20  # type: ignore[index]
 
 
 def test_ipv6_traffic_class_and_flow_label() -> None:

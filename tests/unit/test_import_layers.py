@@ -148,6 +148,7 @@ TRANSPORT_LAYERS: list[list[str]] = [
     ["transport.daemon_log"],
     ["transport.daemon_config"],
     ["transport.aio"],
+    ["transport.aio_send"],
     ["transport.udp", "transport.timerfd", "transport.eventloop", "transport.queue_wait",
      "transport.rx_moderation",
      "transport.inbox", "transport.control"],
