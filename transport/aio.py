@@ -50,7 +50,10 @@ from wire.constants import ECN_CE
 RX_BUDGET = 256
 #: datagrams_to_send() rounds per service pass before yielding to the loop.
 TX_ROUNDS = 4
-_MAX_DGRAM = 65536
+#: A read's slot: a datagram or a GRO batch (at most 64 KB).
+RX_SLOT = 65536
+#: Slots one recvmmsg fills (the extension's ``drain``; 1 MiB of buffer).
+RX_SLOTS = 16
 _INT = struct.Struct("i")
 _TIMESPEC = struct.Struct("qq")
 _SOL_SOCKET = socket.SOL_SOCKET
@@ -61,6 +64,18 @@ EventHandler = Callable[[Connection, PeerKey, Event], None]
 #: would spin on them); farther ones stay on the loop's timer, cheaper to move
 #: than a ``timerfd_settime`` per pass (2-5% CPU per GB on loopback bulk).
 TIMERFD_BELOW = 2e-3
+
+
+def _drain_c() -> Callable[[int, bytearray, int],
+                            list[tuple[int, int, int, tuple[str, int], int]]] | None:
+    """``wire._fastwire.drain`` (recvmmsg) where the compiled codec is in use."""
+    from wire.codec import IMPLEMENTATION
+
+    if IMPLEMENTATION != "c":
+        return None
+    from wire import _fastwire
+
+    return getattr(_fastwire, "drain", None)
 
 
 class EndpointIO(DatagramSender):
@@ -107,7 +122,11 @@ class EndpointIO(DatagramSender):
         self._poll_at: float | None = None
         self._periodic = False  # the timerfd ticks every rx_holdoff (polling)
         self._moved_mark = 0
-        self._buf = bytearray(_MAX_DGRAM)
+        # One read of every datagram queued (up to RX_SLOTS, recvmmsg) where
+        # the extension is built, else one recvmsg_into per datagram.
+        self._drain_c = _drain_c()
+        self._read_slots = RX_SLOTS if self._drain_c is not None else 1
+        self._buf = bytearray(RX_SLOT * self._read_slots)
         self._view = memoryview(self._buf)
         self._rx_info: dict[tuple[int, int], RxInfo] = {}
         self.rx_datagrams = 0
@@ -251,10 +270,33 @@ class EndpointIO(DatagramSender):
             for ps in self.planes:
                 loop.add_reader(ps.listen.fileno(), self._on_readable, ps)
 
+    def _read(self, ps: PlaneSockets) -> list[tuple[int, int, int, tuple[str, int], int]]:
+        """One read of ``ps``'s socket: what ``_fastwire.drain`` returns
+        (``(bytes, GRO segment, TOS, address, kernel stamp ns)`` per datagram
+        or GRO batch, read i at ``i * RX_SLOT`` of the buffer), by one
+        ``recvmmsg`` where the extension is built, else one ``recvmsg_into``.
+        Empty: nothing queued. Raises OSError for a queued socket error."""
+        if self._drain_c is not None:
+            return self._drain_c(ps.listen.fileno(), self._buf, RX_SLOT)
+        try:
+            n, anc, _flags, addr = ps.listen.recvmsg_into([self._buf], RX_ANC_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return []
+        v = seg = stamp = 0
+        for level, _type, cdata in anc:
+            if level == SOL_UDP:
+                if len(cdata) >= 4:
+                    seg = _INT.unpack_from(cdata)[0]
+            elif level == _SOL_SOCKET:
+                if _type == SCM_TIMESTAMPNS and len(cdata) >= 16:
+                    sec, nsec = _TIMESPEC.unpack_from(cdata)
+                    stamp = sec * 1_000_000_000 + nsec
+            elif cdata:
+                v = cdata[0]  # IP_TOS one byte; IPV6_TCLASS an int (little-endian)
+        return [(n, seg, v, addr, stamp)]
+
     def _drain(self, ps: PlaneSockets) -> None:
-        sock = ps.listen
         view = self._view
-        bufs = [self._buf]
         ep = self.endpoint
         receive_many = ep.receive_datagrams
         peers = self.peers
@@ -272,75 +314,86 @@ class EndpointIO(DatagramSender):
         last_host = ""
         rx = RxInfo(plane)  # replaced at the first datagram (last_v = -1)
         peer: PeerKey = None
+        full = self._read_slots
         # Bounded in datagrams (a GRO read carries many) and in reads.
         while n_rx < RX_BUDGET and calls < RX_BUDGET:
             calls += 1
             try:
-                n, anc, _flags, addr = sock.recvmsg_into(bufs, RX_ANC_SPACE)
-            except (BlockingIOError, InterruptedError):
-                break
+                rows = self._read(ps)
             except OSError as exc:  # e.g. an ICMP error queued on the socket
                 self._count_tx_error(exc)
                 break
-            v = 0
-            seg = 0
-            lag = 0.0
-            for level, _type, cdata in anc:
-                if level == SOL_UDP:
-                    if len(cdata) >= 4:
-                        seg = _INT.unpack_from(cdata)[0]
-                elif level == _SOL_SOCKET:
-                    if _type == SCM_TIMESTAMPNS and len(cdata) >= 16:
-                        sec, nsec = _TIMESPEC.unpack_from(cdata)
-                        lag = wall - sec - nsec * 1e-9
-                        if qw is not None:
-                            qw.add(time.time() - sec - nsec * 1e-9)
-                elif cdata:
-                    v = cdata[0]  # IP_TOS one byte; IPV6_TCLASS an int (little-endian)
-            if v != last_v:
-                known = infos.get((plane, v))
-                if known is None:
-                    known = infos[(plane, v)] = RxInfo(plane, (v & 3) == ECN_CE, v >> 2)
-                rx = known
-                last_v = v
-            got = rx if lag <= 0.0 else RxInfo(plane, rx.ce, rx.dscp, lag)
-            host = addr[0]
-            if host != last_host:  # a drain is mostly one peer's datagrams
-                peer = by_source.get((plane, host))
-                last_host = host
-            n_bytes += n
-            if peer is not None and tap is None:
-                # The fast path: views of the buffer, no copies (the endpoint
-                # keeps nothing of them); DATA goes straight to its connection.
-                if 0 < seg < n:
-                    # A GRO batch: datagrams of ``seg`` bytes, the last maybe shorter.
-                    whole = view[:n]
-                    views = [whole[off:off + seg] for off in range(0, n, seg)]
-                    n_rx += len(views)
-                    receive_many(views, got, now, peer)
-                else:
-                    n_rx += 1
-                    receive_many((view[:n],), got, now, peer)
-                continue
-            if 0 < seg < n:
-                chunks: Iterable[bytes] = [bytes(view[off:min(off + seg, n)])
-                                           for off in range(0, n, seg)]
-            else:
-                chunks = (bytes(view[:n]),)
-            for data in chunks:
-                if tap is not None:
-                    tap.on_rx(now, data, got)
-                n_rx += 1
-                if peer is not None:
-                    ep.receive_datagram(data, got, now, peer)
-                    continue
-                # An unknown source: remembered only once it has a connection
-                # (it authenticated), never for a mere datagram.
-                conn = ep.receive_datagram(data, got, now, host)
-                if conn is not None and conn.local_cid in ep.connections and \
-                        ep.peer_of(conn) == host:
-                    peers.learn(plane, host)
+            if not rows:
+                break
+            # Consecutive datagrams of one peer with one RxInfo go to the
+            # endpoint in one call (views of the buffer, valid until the next read).
+            batch: list[memoryview] = []
+            batch_rx = rx
+            batch_peer: PeerKey = None
+            base = -RX_SLOT
+            for n, seg, v, addr, stamp in rows:
+                base += RX_SLOT
+                if v != last_v:
+                    known = infos.get((plane, v))
+                    if known is None:
+                        known = infos[(plane, v)] = RxInfo(plane, (v & 3) == ECN_CE, v >> 2)
+                    rx = known
+                    last_v = v
+                got = rx
+                if stamp:
+                    lag = wall - stamp * 1e-9
+                    if qw is not None:
+                        qw.add(time.time() - stamp * 1e-9)
+                    if lag > 0.0:
+                        got = RxInfo(plane, rx.ce, rx.dscp, lag)
+                host = addr[0]
+                if host != last_host:  # a drain is mostly one peer's datagrams
                     peer = by_source.get((plane, host))
+                    last_host = host
+                n_bytes += n
+                if peer is not None and tap is None:
+                    # The fast path: views of the buffer, no copies (the endpoint
+                    # keeps nothing of them); DATA goes straight to its connection.
+                    if batch and (got is not batch_rx or peer is not batch_peer):
+                        receive_many(batch, batch_rx, now, batch_peer)
+                        batch = []
+                    batch_rx, batch_peer = got, peer
+                    if 0 < seg < n:
+                        # A GRO batch: datagrams of ``seg`` bytes, the last maybe shorter.
+                        whole = view[base:base + n]
+                        views = [whole[off:off + seg] for off in range(0, n, seg)]
+                        n_rx += len(views)
+                        batch += views
+                    else:
+                        n_rx += 1
+                        batch.append(view[base:base + n])
+                    continue
+                if batch:
+                    receive_many(batch, batch_rx, now, batch_peer)
+                    batch = []
+                if 0 < seg < n:
+                    chunks: Iterable[bytes] = [bytes(view[base + off:base + min(off + seg, n)])
+                                               for off in range(0, n, seg)]
+                else:
+                    chunks = (bytes(view[base:base + n]),)
+                for data in chunks:
+                    if tap is not None:
+                        tap.on_rx(now, data, got)
+                    n_rx += 1
+                    if peer is not None:
+                        ep.receive_datagram(data, got, now, peer)
+                        continue
+                    # An unknown source: remembered only once it has a connection
+                    # (it authenticated), never for a mere datagram.
+                    conn = ep.receive_datagram(data, got, now, host)
+                    if conn is not None and conn.local_cid in ep.connections and \
+                            ep.peer_of(conn) == host:
+                        peers.learn(plane, host)
+                        peer = by_source.get((plane, host))
+            if batch:
+                receive_many(batch, batch_rx, now, batch_peer)
+            if len(rows) < full:
+                break  # the queue is empty (one read fewer than asking again)
         self.rx_datagrams += n_rx
         self.rx_bytes += n_bytes
 
