@@ -39,6 +39,7 @@ from tools.claims.runs import (
     pair_plane,
     plane_cap_bps,
     plane_events,
+    step_size,
     stream,
 )
 from tools.claims.taildrop import taildrop
@@ -48,7 +49,7 @@ from tools.claims.taildrop import taildrop
 def invisibility(ctx: Ctx) -> dict[str, Any]:
     """All-to-all step times fault-free and under a fault timeline."""
     group = [0, 1, 2, 3] if ctx.fab.n_hosts >= 4 else list(range(ctx.fab.n_hosts))
-    size = ctx.q(64 << 10, 128 << 10)
+    size = step_size(ctx)
     dur = ctx.q(2.5, 9.0)
     timeline = ctx.q(
         [(0.4, "plane 1 down"), (1.0, "plane 1 up"), (1.3, "spine s0 plane 0 reboot 300ms"),
@@ -241,7 +242,7 @@ def _compound_run(ctx: Ctx, stack: str, label: str, faults: list[tuple[float, st
     after = sum(bins[fb:end]) * 8 / (max(1, end - fb) * m.BIN_S)
     # The stall at millisecond resolution: the longest pause between message
     # arrivals from the fault on, less the stream's usual spacing after it
-    # (a 64 KiB message every ~6 ms at the survivor's rate).
+    # (a message every ~6 ms at the survivor's rate: stream_msg).
     tf = _fault_time(res, "plane 0 down", t_fault)[0]
     arr = sorted(res.get(3, {}).get("arrivals", {}).get("0", []))
     lp = m.longest_pause(arr, tf, dur)

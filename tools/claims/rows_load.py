@@ -12,7 +12,6 @@ from tools.claims import cpu as claims_cpu
 from tools.claims import fabric as cf
 from tools.claims import metrics as m
 from tools.claims.runs import (
-    MSG,
     Ctx,
     _bins,
     _braid_stat,
@@ -28,6 +27,7 @@ from tools.claims.runs import (
     pair_plane,
     plane_cap_bps,
     stream,
+    stream_msg,
 )
 
 
@@ -310,7 +310,7 @@ def gaps(ctx: Ctx) -> dict[str, Any]:
         if qlog.exists() and qlog.stat().st_size > 0:
             a = g.classify(arrivals, res[3]["go"], g.load_qlog(qlog),
                            g.load_qlog(rqlog) if rqlog.exists() else None,
-                           MSG + HEADER.size, first * m.BIN_S, dur)
+                           stream_msg() + HEADER.size, first * m.BIN_S, dur)
             r["analysis"] = a
             ctx.say(f"  gaps/braid: {empty} empty bins, {a['pauses']} pauses >= 20 ms: "
                     f"{a['causes']}; hand-off ms {a['handoff_ms']}, inbox wait ms "

@@ -27,7 +27,31 @@ from transport.sender import RECOVERY_KEYS
 TCP_OVERHEAD = 52
 ETH_HEADER = 14
 STACKS = ("braid", "tcp", "mptcp")
-MSG = 65536  # stream message size (64 KiB, the claims' message)
+MSG = 65536  # stream message size (64 KiB, the claims' message) on 2 x 100 Mbit/s
+
+
+def msg_scale() -> float:
+    """The fabric's capacity against the default 2 x 100 Mbit/s: what a
+    message size is scaled by so that a message takes the same time on any
+    ``--planes`` / ``--rate`` (no more than 1: a faster fabric keeps them)."""
+    return min(1.0, cf.PLANES * cf.RATE_MBIT / 200)
+
+
+def stream_msg() -> int:
+    """A stream's message size on this fabric: ``MSG`` scaled by
+    ``msg_scale`` (1 KiB steps, at least 4 KiB). At 2 x 12 Mbit/s a 64 KiB
+    message would take 22 ms over both planes and 44 ms over one, so every
+    gap measured in 10 ms bins would be a message's own length; 8 KiB
+    takes what 64 KiB takes on the default fabric."""
+    return max(4096, round(MSG * msg_scale() / 1024) * 1024)
+
+
+def step_size(ctx: Ctx) -> int:
+    """The all-to-all's bytes per peer per step (the invisibility row and
+    ``--rate auto``'s probe): 64 KiB on the default fabric (128 KiB in the
+    full run), scaled as ``stream_msg``, so that a step takes the same time
+    at any rate (the fault timelines' times are absolute)."""
+    return max(4096, round(int(ctx.q(64 << 10, 128 << 10)) * msg_scale() / 1024) * 1024)
 #: Messages a stream keeps queued (1 MiB: several bandwidth-delay products of
 #: a plane here), and how long after its stop time they may take to be acked
 #: before the run counts as failed.
@@ -118,7 +142,8 @@ Flow = tuple[int, int, float, float, int | None]
 def stream(ctx: Ctx, stack: str, flows: Sequence[Flow],
            duration: float, faults: list[tuple[float, str]] | None = None
            ) -> dict[int, dict[str, Any]]:
-    """Flows (src, dst, start, stop, plane or None) of 64 KiB messages."""
+    """Flows (src, dst, start, stop, plane or None) of ``stream_msg()``
+    messages (64 KiB on the default fabric)."""
     return ctx.fab.run(_stack_name(stack, ctx.inproc), _stream_specs(ctx, flows, duration), faults,
                        timeout=duration + 60)
 
@@ -130,7 +155,7 @@ def _stream_specs(ctx: Ctx, flows: Sequence[Flow], duration: float
     for src, dst, start, stop, plane in flows:
         for h in (src, dst):
             specs.setdefault(h, {"pattern": "stream", "duration": duration, "out": [],
-                                 "connect": [], "accept": [], "msg": MSG,
+                                 "connect": [], "accept": [], "msg": stream_msg(),
                                  "grace": ctx.q(3.0, GRACE), "inflight": INFLIGHT})
         specs[src]["out"].append({"to": dst, "start": start, "stop": stop})
         specs[src]["connect"].append([dst, pair_plane(src, dst) if plane is None else plane])
