@@ -73,35 +73,49 @@ class DatagramSender:
             sock = pool[path.ev % len(pool)]
             if isinstance(data, SealedRun):
                 run = data
-                if not ps.gso or len(run.buf) > GSO_MAX_BYTES or run.count > GSO_MAX_SEGMENTS:
-                    # No GSO here, or too big for one send: its datagrams,
-                    # through the general path below.
+                # Datagrams per send: a run over 64 KB (jumbo frames) goes
+                # in slices of whole datagrams, no copies.
+                per = min(GSO_MAX_SEGMENTS, GSO_MAX_BYTES // run.size)
+                if not ps.gso or per < 2:
+                    # No GSO here: its datagrams, through the general path below.
                     out[i:i + 1] = [(peer, d, path) for d in run.datagrams()]
                     n_out = len(out)
                     continue
+                anc = [ps.gso_cmsg(run.size)]
+                if path.dscp != _DATA_DSCP:
+                    anc += ps.cmsg[path.dscp]
+                step = per * run.size
+                buf = run.buf
+                view = memoryview(buf) if len(buf) > step else None
+                off = 0
                 try:
-                    anc = [ps.gso_cmsg(run.size)]
-                    if path.dscp != _DATA_DSCP:
-                        anc += ps.cmsg[path.dscp]
-                    sock.sendmsg([run.buf], anc, 0, dest)
-                    self.gso_sends += 1
+                    while off < len(buf):
+                        sock.sendmsg([buf if view is None else view[off:off + step]], anc, 0,
+                                     dest)
+                        self.gso_sends += 1
+                        n_sends += 1
+                        off += step
                 except OSError as exc:
+                    sent = min(len(buf), off) // run.size
+                    n_tx += sent
+                    n_bytes += min(len(buf), off)
                     if exc.errno in _GSO_REFUSED:
-                        ps.gso = False  # retried as datagrams (above)
+                        ps.gso = False  # what is left, as datagrams (above)
                         self.tx_errors["gso_refused"] = self.tx_errors.get("gso_refused", 0) + 1
                         self.endpoint.set_spray_run(1)
+                        out[i:i + 1] = [(peer, d, path) for d in run.datagrams()[sent:]]
+                        n_out = len(out)
                         continue
                     self._count_tx_error(exc)
                     if exc.errno in _UNREACHABLE:
                         if unreachable is None:
                             unreachable = {}
                         key = (peer, path.plane)
-                        unreachable[key] = unreachable.get(key, 0) + run.count
+                        unreachable[key] = unreachable.get(key, 0) + run.count - sent
                     i += 1
                     continue
                 n_tx += run.count
-                n_bytes += len(run.buf)
-                n_sends += 1
+                n_bytes += len(buf)
                 i += 1
                 continue
             size = len(data)

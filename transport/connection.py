@@ -2,8 +2,9 @@
 
 Driven by ``receive_datagram(data, rx, now)``, ``handle_timer(now)`` and the
 API calls ``send_message`` / ``close`` / ``reset``; it hands out
-``datagrams_to_send(now)`` as ``(bytes, TxPath)``, ``next_timer()`` and
-events (``next_event()``). It never reads a clock or touches a socket.
+``datagrams_to_send(now)`` as ``(bytes, TxPath)`` (``runs_to_send(now)``
+with new-data runs whole, ``SealedRun``, when ``sealed_runs`` is set),
+``next_timer()`` and events (``next_event()``). It never reads a clock or touches a socket.
 
 The halves live in their own modules: ``sender`` (send queue, in-flight
 table, loss inference, TLP/RTO), ``receiver`` (PSN tracking, SACK/NACK,

@@ -11,7 +11,9 @@ cannot use is counted by reason in ``drops`` and dropped.
 
 Output is ``datagrams_to_send(now) -> [(peer, bytes, TxPath)]``: the I/O
 layer maps (peer, plane) to an address and the EV to a source port / flow
-label.
+label. An I/O layer that sends a run in one UDP GSO call sets
+``sealed_runs`` and takes ``runs_to_send(now)``, where a new-data run is one
+``SealedRun`` (its datagrams back to back) in place of its datagrams.
 """
 
 from __future__ import annotations
