@@ -18,44 +18,51 @@ from pathlib import Path
 Key = tuple[str, int, str]
 Entry = tuple[int, int, float, float, dict[Key, object]]
 
+#: How cProfile names a method of the compiled codec's types.
+_C = "<method '%s' of 'wire._fastwire.%sCore' objects>"
+
 #: (side, row, what it contains, functions whose cumulative time is summed,
 #: as "file.py:function" or "~:<method name>" for C methods).
 ROWS: list[tuple[str, str, str, list[str]]] = [
-    ("sender", "segmentation", "next segment, payload copy",
-     ["sender.py:next_packet", "sender.py:next_new"]),
+    ("sender", "segmentation", "next segments (a run's, no payload copy)",
+     ["send_queue.py:next_packet", "send_queue.py:next_new", "send_queue.py:take"]),
     ("sender", "EV choice", "path policy pick (spray rotation)",
      ["path_health.py:pick", "path_health.py:pick_run"]),
     ("sender", "window + pacing", "congestion can_send / next_send_time / on_sent",
      ["nscc.py:can_send", "nscc.py:next_send_time", "nscc.py:on_sent",
       "nscc.py:send_quota", "nscc.py:on_sent_run"]),
-    ("sender", "seal", "header pack, GMAC, AES-GCM",
-     ["codec.py:seal_data"]),
-    ("sender", "in-flight table", "Sender.on_sent",
-     ["sender.py:on_sent", "sender.py:on_sent_run"]),
-    ("sender", "system calls (send)", "sendto / sendmsg",
+    ("sender", "seal", "header pack, GMAC, AES-GCM (a run per call)",
+     ["codec.py:seal_data", "codec.py:seal_data_run", f"~:{_C % ('seal_data', 'Sealer')}",
+      f"~:{_C % ('seal_data_run', 'Sealer')}"]),
+    ("sender", "in-flight table", "on_sent / on_sent_run",
+     ["inflight.py:on_sent", "inflight.py:on_sent_run"]),
+    ("sender", "system calls (send)", "sendto / sendmsg (GSO)",
      ["~:<method 'sendto' of '_socket.socket' objects>",
       "~:<method 'sendmsg' of '_socket.socket' objects>"]),
     ("sender", "SACK processing", "acks, loss inference, EV credit, congestion update",
-     ["connection.py:_on_sack"]),
-    ("sender", "SACK receive + open", "recvmsg, route, peek, open",
-     ["aio.py:_drain", "-connection.py:_on_sack"]),
-    ("receiver", "system calls (receive)", "recvmsg_into",
-     ["~:<method 'recvmsg_into' of '_socket.socket' objects>"]),
+     ["conn_dispatch.py:_on_sack"]),
+    ("sender", "SACK receive + open", "recvmmsg, route, peek, open",
+     ["aio.py:_drain", "-conn_dispatch.py:_on_sack"]),
+    ("receiver", "system calls (receive)", "recvmmsg (drain) / recvmsg_into",
+     ["~:<method 'recvmsg_into' of '_socket.socket' objects>",
+      "~:<built-in method wire._fastwire.drain>"]),
     # The DATA fast path (Endpoint.receive_datagrams -> Connection.receive_data ->
     # Opener.open_data_untrusted, Receiver.on_slice) and the one-datagram path
     # (receive_datagram -> open_untrusted, _on_data) both count.
     ("receiver", "drain + route", "per-datagram loop, peer lookup, peek, endpoint dispatch",
      ["aio.py:_drain", "-~:<method 'recvmsg_into' of '_socket.socket' objects>",
-      "-connection.py:receive_datagram", "-connection.py:receive_data"]),
+      "-~:<built-in method wire._fastwire.drain>",
+      "-conn_dispatch.py:receive_datagram", "-conn_dispatch.py:receive_data"]),
     ("receiver", "open", "header/body unpack, AES-GCM decrypt, replay window",
-     ["codec.py:open_untrusted", "codec.py:open_data_untrusted"]),
+     ["codec.py:open_untrusted", "codec.py:open_data_untrusted",
+      f"~:{_C % ('open_data_untrusted', 'Opener')}"]),
     ("receiver", "reassembly + PSN", "Receiver.on_slice, delivery, connection glue",
-     ["connection.py:_on_data", "connection.py:receive_data",
-      "-codec.py:open_data_untrusted"]),
+     ["conn_dispatch.py:_on_data", "conn_dispatch.py:receive_data",
+      "-codec.py:open_data_untrusted", f"-~:{_C % ('open_data_untrusted', 'Opener')}"]),
     ("receiver", "SACK generation", "bitmaps, SACK sealing",
-     ["connection.py:_send_sack"]),
+     ["conn_core.py:_send_sack"]),
     ("receiver", "SACK send", "sendmsg of SACKs",
-     ["aio.py:_send"]),
+     ["aio_send.py:_send"]),
 ]
 
 
