@@ -170,11 +170,12 @@ class ConnScheduler(ConnDispatch):
                 rest, more = take(k - 1)
                 run += rest
             sent = len(run)
-            self._seal_run(run, ev, more, in_flight, window, fill_req, ts, out)
-            nbytes = 0
-            for q in run:
-                nbytes += q.length
-            sizes += [q.length for q in run]
+            lengths = [q.length for q in run]
+            nbytes = sum(lengths)
+            # Only a SACK opens a window this run fills: its last packet asks.
+            self._seal_run(run, ev, more, fill_req and in_flight + nbytes + size > window,
+                           ts, out)
+            sizes += lengths
             tokens -= nbytes
             budget -= sent
             if sent < k:
@@ -189,8 +190,7 @@ class ConnScheduler(ConnDispatch):
             self._persist_at = now + s.rto()
         return out
 
-    def _seal_run(self, run: list[SentPacket], ev: Ev, more: bool, in_flight: int,
-                  window: float, fill_req: bool, ts: int,
+    def _seal_run(self, run: list[SentPacket], ev: Ev, more: bool, fills: bool, ts: int,
                   out: list[tuple[Outgoing, TxPath]]) -> None:
         """Seal ``run`` (first transmissions, consecutive PSNs, on ``ev``) into
         ``out``: one ``seal_data_run`` per message it covers, kept whole as a
@@ -198,7 +198,7 @@ class ConnScheduler(ConnDispatch):
         cut into datagrams. Flags as a packet-at-a-time loop would set them:
         LAST on a message's last segment; ACK_REQ on the run's first packet
         when its plane has no RTT sample yet, and on its last when it is the
-        tail of the queue or fills the window (only a SACK opens it)."""
+        tail of the queue (not ``more``) or ``fills`` the window."""
         sealer = self._sealer
         assert sealer is not None
         plane, value = ev.plane, ev.value
@@ -206,23 +206,18 @@ class ConnScheduler(ConnDispatch):
         path = self._tx_paths.get(key)
         if path is None:
             path = self._tx_paths[key] = TxPath(plane, value, _DSCP_DATA)
-        tail = run[-1]
         end_flags = 0
         if not more:
             end_flags = _ACK_REQ  # the tail: don't make the receiver wait
-        elif fill_req:
-            before = in_flight
-            for q in run:
-                before += q.length
-            if before - tail.length + tail.length + self.config.payload_size > window:
-                end_flags = _ACK_REQ  # it fills the window: only a SACK opens it
+        elif fills:
+            end_flags = _ACK_REQ  # it fills the window: only a SACK opens it
         first_flags = 0
         unsampled = self._rtt_unsampled
         if unsampled and plane in unsampled:
             first_flags = _ACK_REQ  # this plane's base RTT, before a queue forms
             unsampled.discard(plane)
         whole = self.sealed_runs
-        seg = self.config.payload_size
+        seg = self.sender.payload_size  # what the queue cut the run with
         i, n = 0, len(run)
         while i < n:
             p = run[i]
