@@ -123,3 +123,23 @@ def test_bench_help_names_each_bench_s_own_docs_file(capsys: pytest.CaptureFixtu
         assert "``" not in text, text
         if argv[1] == "claims":  # the rows it runs, and what it costs
             assert "incast 8->1" in text and "--quick 2-4" in text, text
+
+
+@pytest.mark.parametrize(("planes", "rate", "msg"), [
+    (2, 100, 64 << 10),   # the default fabric: the claims' 64 KiB message
+    (2, 12, 8 << 10),     # --rate auto's lowest rung: the same time per message
+    (4, 50, 64 << 10),    # the same capacity on more planes
+    (4, 100, 64 << 10),   # a faster fabric keeps 64 KiB
+    (2, 10, 7 << 10),     # the lowest rate the fabric takes
+])
+def test_stream_messages_take_the_same_time_at_any_rate(planes: int, rate: int,
+                                                        msg: int) -> None:
+    from tools.claims import fabric as cf
+    from tools.claims.runs import stream_msg
+
+    saved = cf.PLANES, cf.RATE_MBIT, cf.MTU
+    try:
+        cf.configure(planes=planes, rate_mbit=rate)
+        assert stream_msg() == msg
+    finally:
+        cf.configure(planes=saved[0], rate_mbit=saved[1], mtu=saved[2])

@@ -119,11 +119,11 @@ def probe_fidelity(ctx: Any) -> dict[str, Any]:
     workload, fault-free) and its fidelity (``fidelity.judge``)."""
     from tools.claims.fidelity import judge
     from tools.claims.rows import collective
-    from tools.claims.runs import step_size
 
     fab = ctx.fab
     group = list(range(min(4, fab.n_hosts)))
-    collective(ctx, "braid", "alltoall", group, step_size(ctx), ctx.q(*PROBE_S), grace=4.0)
+    collective(ctx, "braid", "alltoall", group, ctx.q(64 << 10, 128 << 10),
+               ctx.q(*PROBE_S), grace=4.0)
     return judge(fab.last_cpu, fab.last_gaps, fab.last_queue_wait)
 
 

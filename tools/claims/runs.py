@@ -46,15 +46,9 @@ def stream_msg() -> int:
     return max(4096, round(MSG * msg_scale() / 1024) * 1024)
 
 
-def step_size(ctx: Ctx) -> int:
-    """The all-to-all's bytes per peer per step (the invisibility row and
-    ``--rate auto``'s probe): 64 KiB on the default fabric (128 KiB in the
-    full run), scaled as ``stream_msg``, so that a step takes the same time
-    at any rate (the fault timelines' times are absolute)."""
-    return max(4096, round(int(ctx.q(64 << 10, 128 << 10)) * msg_scale() / 1024) * 1024)
-#: Messages a stream keeps queued (1 MiB: several bandwidth-delay products of
-#: a plane here), and how long after its stop time they may take to be acked
-#: before the run counts as failed.
+#: Messages a stream keeps queued (1 MiB on the default fabric: several
+#: bandwidth-delay products of a plane here), and how long after its stop
+#: time they may take to be acked before the run counts as failed.
 INFLIGHT = 16
 GRACE = 8.0
 
