@@ -2,21 +2,23 @@
 
 This is the only place below the daemon that reads a clock (``time.monotonic``)
 or touches a socket. The fast path is ``loop.add_reader`` on each plane's
-listening socket with a drain loop of ``recvmsg_into`` into one preallocated
-buffer (an order of magnitude cheaper per datagram than a
-``DatagramProtocol``), then one *service* pass: hand out what the
+listening socket with a drain loop into one preallocated buffer: one
+``recvmmsg`` for every datagram queued (``wire._fastwire.drain``) where the
+extension is built, one ``recvmsg_into`` per datagram otherwise (an order of
+magnitude cheaper per datagram than a ``DatagramProtocol``), then one
+*service* pass: hand out what the
 connections want to send, dispatch their events, re-arm the single timer
 at the earliest ``next_timer()``: under 2 ms ahead a timerfd in the same
 epoll, because the loop's own timers are whole milliseconds and spin on
 shorter waits (``transport/timerfd.py``), else the loop's timer.
 
 System calls are batched where the kernel helps (docs/benchmarks.md,
-"CPU per gigabyte"): consecutive datagrams for the same (peer, plane, EV,
-DSCP) — a run, which the core produces when ``spray_run`` > 1 — go out in
-one ``sendmsg`` with UDP GSO; the listening socket has UDP GRO on, so such a
-batch that reaches it unsplit is read in one ``recvmsg`` and cut here. With
-``spray_run`` = 1 no two consecutive datagrams share an EV and every send is
-one datagram, as before.
+"CPU per gigabyte"): a new-data run, which the core produces when
+``spray_run`` > 1, comes sealed whole (``SealedRun``, ``sealed_runs``) and
+goes out in one ``sendmsg`` with UDP GSO, as do consecutive datagrams for the
+same (peer, plane, EV, DSCP) (transport/aio_send.py); the listening socket
+has UDP GRO on, so such a batch that reaches it unsplit is read as one and
+cut here. With ``spray_run`` = 1 every send is one datagram.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class EndpointIO(DatagramSender):
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint
-        # A new-data run comes sealed whole, one GSO send (``_send_run``).
+        # A new-data run comes sealed whole: one GSO send (DatagramSender._send).
         endpoint.sealed_runs = batch
         self.plane_addrs = list(planes)
         self.peers = peers
