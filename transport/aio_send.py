@@ -100,18 +100,12 @@ class DatagramSender:
                     n_tx += sent
                     n_bytes += min(len(buf), off)
                     if exc.errno in _GSO_REFUSED:
-                        ps.gso = False  # what is left, as datagrams (above)
-                        self.tx_errors["gso_refused"] = self.tx_errors.get("gso_refused", 0) + 1
-                        self.endpoint.set_spray_run(1)
+                        self._refuse_gso(ps)  # what is left, as datagrams (above)
                         out[i:i + 1] = [(peer, d, path) for d in run.datagrams()[sent:]]
                         n_out = len(out)
                         continue
-                    self._count_tx_error(exc)
-                    if exc.errno in _UNREACHABLE:
-                        if unreachable is None:
-                            unreachable = {}
-                        key = (peer, path.plane)
-                        unreachable[key] = unreachable.get(key, 0) + run.count - sent
+                    unreachable = self._failed(exc, unreachable, (peer, path.plane),
+                                               run.count - sent)
                     i += 1
                     continue
                 n_tx += run.count
@@ -157,23 +151,9 @@ class DatagramSender:
                     self.gso_sends += 1
             except OSError as exc:
                 if j > i + 1 and exc.errno in _GSO_REFUSED:
-                    # This kernel/device cannot segment: one datagram per call
-                    # on this plane from now on (retry the same run).
-                    ps.gso = False
-                    self.tx_errors["gso_refused"] = self.tx_errors.get("gso_refused", 0) + 1
-                    # Runs would now only be bursts: back to per-packet spraying.
-                    self.endpoint.set_spray_run(1)
+                    self._refuse_gso(ps)  # retry the same datagrams, one per call
                     continue
-                # A full socket buffer (EAGAIN/ENOBUFS) is a loss like any
-                # other: the core recovers it. Count it, never stall.
-                self._count_tx_error(exc)
-                if exc.errno in _UNREACHABLE:
-                    # The host's own link or route is gone: tell the core once
-                    # per (peer, plane) after this pass, so it routes around.
-                    if unreachable is None:
-                        unreachable = {}
-                    key = (peer, path.plane)
-                    unreachable[key] = unreachable.get(key, 0) + j - i
+                unreachable = self._failed(exc, unreachable, (peer, path.plane), j - i)
                 i = j
                 continue
             n_tx += j - i
@@ -190,6 +170,29 @@ class DatagramSender:
             for (peer, plane), n in unreachable.items():
                 self.tx_unreachable[plane] += n
                 self.endpoint.on_path_unreachable(peer, plane, now, n)
+
+    def _refuse_gso(self, ps: PlaneSockets) -> None:
+        """This kernel or device cannot segment: one datagram per call on
+        this plane from now on, and back to per-packet spraying (runs would
+        now only be bursts)."""
+        ps.gso = False
+        self.tx_errors["gso_refused"] = self.tx_errors.get("gso_refused", 0) + 1
+        self.endpoint.set_spray_run(1)
+
+    def _failed(self, exc: OSError, unreachable: dict[tuple[PeerKey, int], int] | None,
+                key: tuple[PeerKey, int], n: int) -> dict[tuple[PeerKey, int], int] | None:
+        """A send of ``n`` datagrams to ``key`` (peer, plane) failed: a full
+        socket buffer (EAGAIN/ENOBUFS) is a loss like any other, which the
+        core recovers, so it is counted, never waited on; an unreachable
+        one (the host's own link or route is gone) is also added to what
+        the core hears once per (peer, plane) after this pass, so that it
+        routes around."""
+        self._count_tx_error(exc)
+        if exc.errno in _UNREACHABLE:
+            if unreachable is None:
+                unreachable = {}
+            unreachable[key] = unreachable.get(key, 0) + n
+        return unreachable
 
     def _count_tx_error(self, exc: OSError) -> None:
         name = errno_name(exc)

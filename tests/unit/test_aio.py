@@ -265,39 +265,14 @@ def test_a_drain_reads_every_queued_datagram_in_order(reads: str) -> None:
 
 
 def test_gso_refused_falls_back_to_datagrams_and_per_packet_spraying() -> None:
+    """A device that cannot segment: datagrams that would share a GSO send,
+    and a run sealed whole (``SealedRun``), go out one call each, in order,
+    nothing lost; spraying drops to one packet per EV."""
     port = free_port()
     table = PeerTable(1, [port])
     table.add("b", [PlaneAddr("127.0.0.1", port)])
     ep = Endpoint(config=replace(CFG, planes=1, spray_run=8), secret=SECRET)
     conn = ep.connect("b", 0.0)
-    eio = EndpointIO(ep, [PlaneAddr("127.0.0.6", free_port())], table)
-    loop = new_event_loop()
-    try:
-        eio.open(loop)
-        fake = _NoGsoSocket()
-        real = eio.planes[0].pool
-        eio.planes[0].pool = [fake]  # type: ignore[list-item]
-        path = TxPath(0, 7, int(Dscp.DATA))
-        out: list[tuple[PeerKey, bytes, TxPath]] = [("b", bytes([i]) * 100, path)
-                                                    for i in range(3)]
-        eio._send(out)
-        assert fake.sent == [d for _p, d, _t in out]  # nothing lost, one call each
-        assert eio.tx_errors == {"gso_refused": 1} and not eio.planes[0].gso
-        assert ep.config.spray_run == 1 and conn.paths.spray_run == 1
-        eio.planes[0].pool = real
-    finally:
-        eio.close()
-        loop.close()
-
-
-def test_a_sealed_run_refused_gso_goes_out_as_its_datagrams() -> None:
-    """A run sealed whole (``SealedRun``) on a device that cannot segment:
-    its datagrams one call each, in order, nothing lost."""
-    port = free_port()
-    table = PeerTable(1, [port])
-    table.add("b", [PlaneAddr("127.0.0.1", port)])
-    ep = Endpoint(config=replace(CFG, planes=1, spray_run=8), secret=SECRET)
-    ep.connect("b", 0.0)
     eio = EndpointIO(ep, [PlaneAddr("127.0.0.6", free_port())], table)
     assert ep.sealed_runs  # asked for by an I/O layer that batches
     loop = new_event_loop()
@@ -308,11 +283,15 @@ def test_a_sealed_run_refused_gso_goes_out_as_its_datagrams() -> None:
         eio.planes[0].pool = [fake]  # type: ignore[list-item]
         path = TxPath(0, 7, int(Dscp.DATA))
         run = SealedRun(b"".join(bytes([i]) * 100 for i in range(3)) + b"\x09" * 40, 4, 100)
-        out: list[tuple[PeerKey, Outgoing, TxPath]] = [("b", b"\x05" * 60, path),
-                                                       ("b", run, path)]
+        out: list[tuple[PeerKey, Outgoing, TxPath]] = [("b", bytes([i]) * 100, path)
+                                                       for i in range(3)]
+        out.append(("b", run, path))
         eio._send(out)
-        assert fake.sent == [b"\x05" * 60, *run.datagrams()]
-        assert eio.tx_datagrams == 5 and eio.tx_errors == {"gso_refused": 1}
+        # nothing lost, one call each
+        assert fake.sent == [bytes([i]) * 100 for i in range(3)] + run.datagrams()
+        assert eio.tx_datagrams == 7
+        assert eio.tx_errors == {"gso_refused": 1} and not eio.planes[0].gso
+        assert ep.config.spray_run == 1 and conn.paths.spray_run == 1
         eio.planes[0].pool = real
     finally:
         eio.close()
