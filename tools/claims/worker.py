@@ -410,12 +410,18 @@ class Worker:
     async def close(self) -> dict[str, Any]:
         self.closing = True
         extra: dict[str, Any] = {}
+        early: dict[int, dict[str, Any]] = {}
         if self.stack == "braid-inproc" and self.client is not None:
+            # The endpoint is this process's: a connection its peer closes
+            # while this one waits is gone from the stats after the wait, so
+            # its figures are taken before it too.
+            with contextlib.suppress(Exception):
+                early = await self.conn_stats()
             with contextlib.suppress(Exception):
                 await self._quiet(float(self.spec.get("grace", 5)))
         if self.braid and self.client is not None:
             try:
-                now = await self.conn_stats()
+                now = {**early, **await self.conn_stats()}
                 conns = []
                 for cid, c in now.items():
                     b = self.base_stats.get(cid, {})
