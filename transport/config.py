@@ -70,9 +70,23 @@ class ConnectionConfig:
     #: burst's size over the planes that are up. See docs/benchmarks.md for
     #: what it costs in load balance.
     spray_run: int = 1
+    #: ... and at most this much of one plane's rate (``plane_rate``; never
+    #: under one packet; 0: ``spray_run`` alone): a run lands in one
+    #: plane's queue at once, and the planes drift apart by runs, so its
+    #: length is queue in time, not in packets. 1 ms keeps 8 packets at
+    #: 100 Mbit/s and makes a run one packet at 12 (decision 0037).
+    spray_run_time: float = 1e-3
     #: The endpoint's connections that have data to send share one maxwnd
     #: (NSCC deviation 8, ``transport/host_share.py``): False gives each its own.
     host_share: bool = True
+
+    def run_packets(self, k: int | None = None) -> int:
+        """The spray run a connection uses: ``k`` (default ``spray_run``)
+        packets, at most ``spray_run_time`` of a plane's rate, at least one."""
+        k = self.spray_run if k is None else k
+        if self.spray_run_time > 0:
+            k = min(k, max(1, int(self.plane_rate * self.spray_run_time // self.payload_size)))
+        return k
 
     def __post_init__(self) -> None:
         if not 1 <= self.planes <= 255:
@@ -83,6 +97,8 @@ class ConnectionConfig:
             raise ValueError("payload_size must be 64..65000")
         if not 1 <= self.spray_run <= 64:
             raise ValueError("spray_run must be 1..64")
+        if not 0 <= self.spray_run_time <= 1:
+            raise ValueError("spray_run_time must be 0..1 seconds")
         if self.ack_every < 1:
             raise ValueError("ack_every must be ≥ 1")
         if not 1 << 20 <= self.recv_window < 1 << 31:

@@ -89,7 +89,7 @@ class ConnCore:
         self.path_model = PathModel(c.planes)
         self.paths: PathPolicy = get_policy(
             c.path_policy, planes=c.planes, evs_per_plane=c.evs_per_plane,
-            seed=c.seed, base_rtt=c.initial_rtt, spray_run=c.spray_run,
+            seed=c.seed, base_rtt=c.initial_rtt, spray_run=c.run_packets(),
             **{"late_floor": c.min_rto / 4, "model": self.path_model, **c.path_params},
         )
         self.cc = cc_registry.for_connection(

@@ -348,7 +348,7 @@ class Endpoint:
         runs then only make bursts)."""
         self.config = replace(self.config, spray_run=k)
         for conn in self.connections.values():
-            conn.paths.spray_run = k
+            conn.paths.spray_run = conn.config.run_packets(k)
 
     def close_all(self, now: float) -> None:
         for conn in list(self.connections.values()):

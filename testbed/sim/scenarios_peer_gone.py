@@ -46,11 +46,12 @@ RATE = 1.25e6
 def scenario_peer_gone(*, seed: int = 2, cut: float = 100.0, buffer: int = 4 << 20,
                        slow_at: float = 0.2,
                        gone_at: float = 3.0, peer_alive: bool = False,
-                       after: float = 7.0) -> dict[str, Any]:
+                       after: float = 7.0, **config: Any) -> dict[str, Any]:
+    """``config``: connection settings over the daemon's (``host_config``)."""
     fab = claims_fabric(("a", "b"), plane_rate=RATE, seed=seed, jitter=1e-3, planes=4)
     sim = Simulator(fab)
-    a, b = connect_pair(sim, "a", "b", config=host_config(fab, plane_rate=RATE, seed=seed),
-                        cids=(1, 2))
+    cfg = host_config(fab, plane_rate=RATE, seed=seed, **config)
+    a, b = connect_pair(sim, "a", "b", config=cfg, cids=(1, 2))
     a.keep_data = b.keep_data = False
     _establish(sim, a, b, limit=0.5)
     t0 = sim.now

@@ -4,6 +4,7 @@ with the same flags, in the same order, and make the same decisions."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import deque
 
@@ -160,3 +161,30 @@ def test_reference_seal_data_run_is_consecutive_seal_data(plaintext: bool, lengt
             for i, c in enumerate(chunks)]
     assert (buf, n, size) == (b"".join(want), len(want), len(want[0]))
     assert run.counter == one.counter == 5 + len(want)
+
+
+def test_a_spray_run_is_at_most_a_millisecond_of_its_planes_rate() -> None:
+    """``spray_run_time``: a run lands in one plane's queue at once, so it
+    is capped in time of the plane's rate: 8 packets at 100 Mbit/s, one at
+    12 Mbit/s (at 8 there a late wakeup's run was 8 ms of one plane's
+    queue), and the I/O layer's ``set_spray_run`` keeps the cap."""
+    slow = profile("host", plane_rate=1.5e6, planes=2)
+    assert slow.run_packets() == 1 and slow.run_packets(64) == 1
+    assert profile("host", plane_rate=12.5e6, planes=2).run_packets() == 8
+    assert profile("host", plane_rate=3.125e6, planes=2).run_packets() == 2
+    assert profile("host", plane_rate=1.5e6, planes=2, spray_run_time=0).run_packets() == 8
+
+    def same_ev_share(rate: float) -> float:
+        headers, _got, _runs = _transfer(True, [400_000], rate=rate)
+        evs = [_DATA_HEADER.unpack_from(h)[7:9] for h in headers]
+        return sum(x == y for x, y in itertools.pairwise(evs)) / (len(evs) - 1)
+
+    # Consecutive DATA packets on one EV: most of them in runs of 8, none
+    # (beyond resends) in runs of one.
+    assert same_ev_share(12.5e6) > 0.5
+    assert same_ev_share(1.5e6) < 0.05
+    a = Endpoint(config=slow, secret=SECRET, accept=False)
+    conn = a.connect("b", 0.0)
+    assert conn.paths.spray_run == 1
+    a.set_spray_run(8)
+    assert conn.paths.spray_run == 1
