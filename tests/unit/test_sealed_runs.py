@@ -166,8 +166,8 @@ def test_reference_seal_data_run_is_consecutive_seal_data(plaintext: bool, lengt
 def test_a_spray_run_is_at_most_a_millisecond_of_its_planes_rate() -> None:
     """``spray_run_time``: a run lands in one plane's queue at once, so it
     is capped in time of the plane's rate: 8 packets at 100 Mbit/s, one at
-    12 Mbit/s (at 8 there a late wakeup's run was 8 ms of one plane's
-    queue), and the I/O layer's ``set_spray_run`` keeps the cap."""
+    12 Mbit/s (8 packets there are 7 ms of one plane's queue), and the I/O
+    layer's ``set_spray_run`` keeps the cap."""
     slow = profile("host", plane_rate=1.5e6, planes=2)
     assert slow.run_packets() == 1 and slow.run_packets(64) == 1
     assert profile("host", plane_rate=12.5e6, planes=2).run_packets() == 8
