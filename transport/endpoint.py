@@ -345,7 +345,8 @@ class Endpoint:
     def set_spray_run(self, k: int) -> None:
         """Change the spray granularity of every connection, present and future
         (the I/O layer drops to 1 when the kernel cannot batch a run anyway:
-        runs then only make bursts)."""
+        runs then only make bursts), each still capped by its plane's rate
+        (``ConnectionConfig.run_packets``)."""
         self.config = replace(self.config, spray_run=k)
         for conn in self.connections.values():
             conn.paths.spray_run = conn.config.run_packets(k)
