@@ -130,7 +130,8 @@ def test_bench_help_names_each_bench_s_own_docs_file(capsys: pytest.CaptureFixtu
     (2, 12, 8 << 10),     # --rate auto's lowest rung: the same time per message
     (4, 50, 64 << 10),    # the same capacity on more planes
     (4, 100, 64 << 10),   # a faster fabric keeps 64 KiB
-    (2, 10, 6 << 10),     # the lowest rate the fabric takes
+    (4, 6, 8 << 10),      # four planes at the aggregate of 2 x 12
+    (2, 5, 4 << 10),      # the lowest rate the fabric takes (4 KiB at least)
 ])
 def test_stream_messages_take_the_same_time_at_any_rate(planes: int, rate: int,
                                                         msg: int) -> None:

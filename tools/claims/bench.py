@@ -99,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: ``--rate auto`` tries these per-plane rates (Mbit/s), highest first.
-RATE_LADDER = (100, 50, 25, 12)
+RATE_LADDER = (100, 50, 25, 12, 6)
 #: Seconds of the probe run (an all-to-all step loop of Braid over 4 hosts).
 PROBE_S = (2.0, 3.0)  # --quick, full
 

@@ -40,7 +40,7 @@ RATE_MBIT = 100
 MTU = 1500
 #: Bounds of ``configure`` (a run's plane count, per-plane link rate, MTU).
 PLANES_RANGE = (2, 8)
-RATE_RANGE = (10, 1000)
+RATE_RANGE = (5, 1000)
 MTU_RANGE = (1280, 9000)
 
 
