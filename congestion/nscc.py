@@ -209,8 +209,8 @@ class Nscc(NsccDeviations):
             # mean base RTT, not x the fastest plane's. Means within 50% of
             # the minimum are equal planes (their minima differ by a packet's
             # serialisation): the window stays as tight as the spec's.
-            pm = self._paths.bases()
-            mean = sum(pm.values()) / len(pm) if pm else base
+            pm = self._pipe_bases()
+            mean = sum(pm) / len(pm) if pm else base
             pipe_rtt = mean if mean > 1.5 * base else base
         self.bdp = max(self.line_rate * pipe_rtt, float(self.mtu))
         self.target_delay = base / 2 if self._target_cfg is None else self._target_cfg
@@ -232,6 +232,19 @@ class Nscc(NsccDeviations):
             over = host + (self.target_delay if self.maxwnd_covers_target else 0.0)
             cap = max(cap, self.bdp + self.line_rate * over + hold)
         self.max_window = max(cap / self._senders, self.min_window)
+
+    def _pipe_bases(self) -> list[float]:
+        """Each plane's base RTT for the pipe: its smallest SACK echo, or
+        its smallest delay sample where that is lower (a trimmed header's
+        round trip skips the trimming port's queue, deviation 6): a
+        connection that starts while a plane's queue stands learns that
+        plane's smallest echo with the queue in it."""
+        paths = self._paths
+        out = []
+        for plane, b in paths.bases().items():
+            d = paths.delay_base(plane)
+            out.append(b if d is None or d >= b else d)
+        return out
 
     def _clamp(self, w: float) -> float:
         return min(max(w, self.min_window), self.max_window)

@@ -34,6 +34,7 @@ class NsccDeviations:
     # Owned by the core (congestion/nscc.py).
     _cwnd: float
     max_window: float
+    _min_rtt: float
     _last_md: float
     _last_signal: float
     _hold_until: float
@@ -230,7 +231,17 @@ class NsccDeviations:
         # The trimmed header skipped the trimming port's data queue: its
         # round trip is a base RTT sample for its plane.
         if rtt is not None and rtt > 0 and plane is not None:
-            self._paths.delay_sample(plane, rtt)
+            before = self._paths.delay_base(plane)
+            if self._paths.delay_sample(plane, rtt) == before:
+                return
+            # ... and the connection's, and its pipe's (``_pipe_bases``): one
+            # that starts while the last hop's queue stands never sees an
+            # ACK without it, and its base RTT (so its target and maxwnd)
+            # would be that queue.
+            if rtt < self._min_rtt:
+                self._min_rtt = rtt
+            self._set_base(min(self._min_rtt, self.base_rtt))
+            self._cwnd = min(self._cwnd, self.max_window)
 
     def _last_hop_trim_cut(self, now: float) -> None:
         if self.trim_md and now - self._last_md >= self._rtt_est():

@@ -288,12 +288,14 @@ class ConnDispatch(ConnLifecycle):
             # serialization on each hop after the trim (added back here: one
             # hop after a last-hop trim, two after a fabric one).
             hops = 1 if last_hop else 2
-            self.cc.on_nack(now=now, trimmed_bytes=p.length, last_hop=last_hop,
-                            rtt=now - p.sent_time + hops * p.length / self.config.plane_rate
-                            if p.sent_time else None,
+            base = now - p.sent_time + hops * p.length / self.config.plane_rate \
+                if p.sent_time else None
+            self.cc.on_nack(now=now, trimmed_bytes=p.length, last_hop=last_hop, rtt=base,
                             plane=p.ev.plane if p.ev else None)
             if p.ev is not None:
                 self.health.on_trim(p.ev, now, last_hop=last_hop, sent=p.sent_time)
+                if base is not None:
+                    self.health.plane_base(p.ev.plane, base)
             self._note_ev_changes()
         elif nack.reason == NackReason.OUT_OF_WINDOW:
             self._drop("nack_out_of_window")

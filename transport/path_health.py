@@ -84,6 +84,11 @@ class PathHealth:
         the policy may weigh planes by it."""
         self.paths.ev_set.on_plane_rtt(plane, rtt, now)
 
+    def plane_base(self, plane: int, rtt: float) -> None:
+        """A round trip through ``plane`` without its data queue (a trimmed
+        header's): the policy's plane shares take it as a base RTT."""
+        self.paths.ev_set.on_plane_base(plane, rtt)
+
     def on_acked(self, acked: Iterable[SentPacket], now: float, *, ecn_ev: int | None,
                  sampled: SentPacket | None, rtt: float | None) -> None:
         """Credit each EV whose packet was acknowledged (exactly: see Karn)."""

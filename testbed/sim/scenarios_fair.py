@@ -40,17 +40,20 @@ def scenario_fairness(*, n: int = 4, mark_gain: float | None = None, jitter: flo
                       stagger: float = 0.3, hold: float = 0.6, seed: int = 5,
                       params: dict[str, Any] | None = None,
                       config: dict[str, Any] | None = None,
-                      bottleneck: str = "spine") -> dict[str, Any]:
+                      bottleneck: str = "spine", rate: float = PLANE_RATE,
+                      uplink_rate: float = 1.25e8) -> dict[str, Any]:
     """``jitter``: sender i's packets are delayed by up to jitter * (i+1)/n (hosts
-    of unequal load). ``mark_gain`` None: the daemon's default. ``params``: more
+    of unequal load). ``rate``: the planes' links (bytes/s; the claims bench's
+    ``--rate 12`` is 1.5e6, with ``uplink_rate`` the same: every link of its
+    fabric runs at the plane rate). ``mark_gain`` None: the daemon's default. ``params``: more
     ``congestion_params``; ``config``: other connection settings.
 
     ``newcomer_rtts[i]`` (i >= 1): how long sender i took from its start until
     its rate over the last ``RATE_WINDOW`` reached 80% of the running senders'
     mean rate over the same window, in its own smoothed RTTs at that moment
     (inf if never). ``trace``: per ``SAMPLE``, each sender's NSCC stats."""
-    rate, delay = PLANE_RATE, 50e-6
-    up = LinkSpec(rate=1.25e8, delay=delay, buffer=4 << 20)
+    delay = 50e-6
+    up = LinkSpec(rate=uplink_rate, delay=delay, buffer=4 << 20)
     if bottleneck not in ("spine", "last-hop"):
         raise ValueError("bottleneck: 'spine' or 'last-hop'")
     # "last-hop": the claims fabric's case, where two spines per plane share
@@ -66,7 +69,7 @@ def scenario_fairness(*, n: int = 4, mark_gain: float | None = None, jitter: flo
         for i, h in enumerate(hosts):
             for p in range(2):
                 fab.link("uplink", h, p).jitter = jitter * (i + 1) / n
-    cfg = host_config(fab, plane_rate=PLANE_RATE, seed=seed, **(config or {}))
+    cfg = host_config(fab, plane_rate=rate, seed=seed, **(config or {}))
     if mark_gain is not None:
         cfg = replace(cfg, congestion_params={**cfg.congestion_params, "mark_gain": mark_gain})
     if params:

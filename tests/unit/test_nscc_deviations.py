@@ -211,6 +211,27 @@ def test_trim_base() -> None:
     assert on.stats()["fair_inc"] == 1 and off.stats()["fair_inc"] == 0
 
 
+def test_trim_base_is_the_connections_base_and_its_pipes() -> None:
+    # A connection that starts behind a standing queue (a newcomer beside
+    # flows that keep the last hop at its trim threshold) sees every ACK
+    # through it; its trims show the path without it. Its base RTT, and with
+    # it the target and maxwnd, are the trims' (the first flow's, which saw
+    # the path empty), not the queue's: the claims' fairness row at 12 Mbit/s
+    # gave the newcomers 4-6x the first flow's maxwnd.
+    on, off = both("trim_base", trim_md=0.0, initial_window=10_000)
+    queued = 20e-3
+    for c in (on, off):
+        for i in range(20):
+            c.on_plane_rtt(plane=i % 2, rtt=queued)
+            ack(c, i * 1e-4, queued, plane=i % 2)
+        for plane in (0, 1):
+            c.on_nack(now=3e-3, trimmed_bytes=MTU, last_hop=True, rtt=BASE, plane=plane)
+    assert off.base_rtt == pytest.approx(queued) and off.bdp == pytest.approx(RATE * queued)
+    assert on.base_rtt == pytest.approx(BASE) and on.bdp == pytest.approx(RATE * BASE)
+    assert on.target_delay == pytest.approx(BASE / 2) and on.max_window < off.max_window / 5
+    assert on.cwnd <= on.max_window
+
+
 def test_trim_quiet_qa() -> None:
     on, off = both("trim_quiet_qa", trim_md=0.0)
     for c in (on, off):

@@ -81,6 +81,42 @@ def test_a_park_restarts_every_planes_baseline() -> None:
     assert min(picks.count(0), picks.count(1)) >= 400
 
 
+def _standing_queue(trims: bool) -> PlaneShares:
+    # A newcomer behind a last hop whose plane-1 queue stands at its trim
+    # threshold (19 ms) for the connection's whole life while plane 0's
+    # swings from empty to the same 19 ms: plane 1 is the fuller one. Every
+    # echo of plane 1 carries its queue; its trimmed headers (base RTT 1 ms,
+    # ``on_base``) show the plane without it.
+    s = PlaneShares(2)
+    t = 0.0
+    for k in range(3000):
+        t += 1e-4
+        s.on_rtt(0, 1e-3 + (k % 200) * 0.95e-4, t)
+        s.on_rtt(1, 20e-3, t)
+        if trims and k % 50 == 0:
+            s.on_base(1, 1e-3)
+    return s
+
+
+def test_a_queue_that_never_drained_is_not_read_as_an_idle_plane() -> None:
+    # Without the trims' base the standing queue is plane 1's minimum: it
+    # reads as idle, and plane 0, the emptier one, loses its share to it
+    # (the claims' fairness row at 12 Mbit/s: newcomers at 0.06-0.66 of their
+    # share on the emptier plane, the last flow at a quarter of the first's
+    # bytes).
+    blind = _standing_queue(trims=False)
+    assert blind.weight[0] < 0.5 and blind.weight[1] == 1.0, blind.snapshot()
+    seen = _standing_queue(trims=True)
+    assert seen.weight[0] == 1.0 and seen.qdelay[1] > 15e-3, seen.snapshot()
+    # Only a lower round trip is a base; the plane's figures are not touched
+    # otherwise (a hostile or confused echo of a plane it lacks is ignored).
+    before = seen.snapshot()
+    seen.on_base(1, 30e-3)
+    seen.on_base(5, 1e-6)
+    seen.on_base(0, -1.0)
+    assert seen.snapshot() == before
+
+
 def test_equal_queues_stay_even() -> None:
     s = PlaneShares(2)
     t = 0.0

@@ -99,6 +99,10 @@ class EvWatcher:
     def plane_rtt(self, plane: int, rtt: float, now: float) -> None:
         """A round trip through ``plane`` (a SACK's echo)."""
 
+    def plane_base(self, plane: int, rtt: float) -> None:
+        """A round trip through ``plane`` without its data queue (a trimmed
+        header's, the data's serialization added back): a base RTT sample."""
+
 
 class EvSetCore:
     """The state every part of ``EvSet`` shares (see ``EvSet``)."""

@@ -122,6 +122,15 @@ class EvSet(EvProbes):
         for w in self.watchers:
             w.plane_rtt(plane, rtt, now)
 
+    def on_plane_base(self, plane: int, rtt: float) -> None:
+        """A round trip through ``plane`` that skipped its data queue (a
+        trimmed header's): a base RTT sample for a policy that weighs planes.
+        A plane this set does not have is ignored, as in ``on_plane_rtt``."""
+        if not 0 <= plane < len(self._planes) or rtt <= 0:
+            return
+        for w in self.watchers:
+            w.plane_base(plane, rtt)
+
     def watch(self, watcher: EvWatcher) -> None:
         self.watchers.append(watcher)
 

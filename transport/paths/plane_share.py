@@ -234,6 +234,20 @@ class PlaneShares:
             self.next_update = now + max(b + q for b, q in zip(self.base, self.qdelay,
                                                                 strict=True) if b < math.inf)
 
+    def on_base(self, plane: int, rtt: float) -> None:
+        """A round trip through ``plane`` without its data queue (a trimmed
+        header's, ``EvWatcher.plane_base``): the plane's minimum, if lower.
+        A connection that starts while a plane's queue stands (a newcomer
+        beside flows that keep one last hop's queue at its trim threshold)
+        never sees an echo without that queue: its minimum would hold the
+        queue, the fuller plane would read as the idle one, and moving share
+        onto it keeps it full (the claims' fairness row at 12 Mbit/s: the
+        newcomers at 0.06-0.66 of their share on the less queued plane, and
+        a flow on the emptier plane got 4x the last one's bytes). Its trims
+        show it without."""
+        if 0 <= plane < len(self.base) and 0 < rtt < self.base[plane]:
+            self.base[plane] = rtt
+
     def reset(self, plane: int) -> None:
         """The plane was parked (or came back): every plane's delay figures
         start again, and ``plane`` comes back with an even share (its cap if

@@ -159,6 +159,10 @@ class SprayPolicy(PathPolicy):
         if up[plane]:
             shares.on_rtt(plane, rtt, now)
 
+    def plane_base(self, plane: int, rtt: float) -> None:
+        if self.shares is not None and self._up[plane]:
+            self.shares.on_base(plane, rtt)
+
     def snapshot(self) -> dict[str, Any]:
         snap = super().snapshot()
         if self.shares is not None:
