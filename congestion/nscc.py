@@ -31,7 +31,8 @@ ECN                   no change (NOOP)       multiplicative decrease
   the delivered bytes are below ``qa_gate`` (1/8) of maxwnd (it is for a
   collapse, not for a queue the quadrants handle) and not when the period
   was application-limited (the delivered bytes measure the application).
-- A trim NACK subtracts the trimmed bytes from the window.
+- A trim NACK subtracts the trimmed bytes from the window (deviation 6: a
+  last-hop trim cuts once per RTT instead).
 - The window lives in [``mtu``, maxwnd], maxwnd = ``max_bdp_factor`` (1.5)
   × BDP, BDP = line rate × base RTT (the measured minimum RTT).
 
@@ -509,9 +510,14 @@ class Nscc(NsccDeviations):
         self._fabric_signals = True
         self._delay_is_mark = False
         self._fi_bytes = 0.0
-        self._cwnd = self._clamp(self._cwnd - trimmed_bytes)
+        cut = trimmed_bytes
+        if last_hop and self.last_hop_trim_md and self.trim_md:
+            # Deviation 6: the last hop's cut is once per RTT, by a fraction
+            # of the window; its trims are not also subtracted one by one.
+            cut = 0
+        self._cwnd = self._clamp(self._cwnd - cut)
         if self._undo_cwnd is not None:
-            self._undo_cwnd -= trimmed_bytes
+            self._undo_cwnd -= cut
         if last_hop:
             self._last_lh_trim = now
             if self.last_hop_trim_md:

@@ -97,8 +97,8 @@ class NsccParams:
     #: marked ACK cuts by md_gain × fraction / 2 whatever its delay.
     shared_marks: bool = True
     pervasive_marks: float = 0.4
-    #: 6. The first last-hop trim of an RTT also cuts the window by
-    #: ``trim_md`` (0: off) ...
+    #: 6. The first last-hop trim of an RTT cuts the window by ``trim_md``
+    #: (0: off), in place of subtracting each last-hop trim's bytes ...
     last_hop_trim_md: bool = True
     trim_md: float = 0.25
     #: ... and a trim NACK's round trip lowers its plane's base RTT.

@@ -259,7 +259,7 @@ def test_newcomer_target_is_judged_by_arrivals_or_else_by_windows() -> None:
     from tools.claims import report
 
     def n(share: float | None, windows: float) -> dict[str, object]:
-        x: dict[str, object] = {"jain_min": 0.9, "jain_median": 0.97,
+        x: dict[str, object] = {"jain_min": 0.9, "jain_median": 0.97, "jain_span": 0.99,
                                 "newcomer_worst_ms": windows, "srtt_ms": 4.0,
                                 "newcomer_worst_rtts": windows / 4.0, "complete": True}
         if share is not None:
@@ -275,7 +275,7 @@ def test_newcomer_target_is_judged_by_arrivals_or_else_by_windows() -> None:
     t = target(data)
     assert t[-1] == "met" and "120 ms by message arrivals" in t[1] and "30 srtt" in t[1]
     rows = [r for _t, _h, rs in report.tables(data) for r in rs]
-    assert rows[1][4:8] == ["120", "30.0", "220", "55.0"]
+    assert rows[1][4:9] == ["120", "30.0", "220", "55.0", "0.99"]
     # a result with only the windows' figure: judged on it, and says so
     data = {"rows": {"fairness": {"per_stack": {
         "braid": {"n=2": n(None, 100.0), "n=4": n(None, 220.0)}}}}}

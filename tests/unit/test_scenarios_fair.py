@@ -56,7 +56,7 @@ def test_unequal_host_jitter_stays_fair() -> None:
 
 
 def test_eight_flows_behind_a_trimming_last_hop_share_fairly() -> None:
-    # Seeds 5 / 6 with deviation 6: median 0.98 / 0.94, min 0.95 / 0.94;
+    # Seeds 5 / 6 with deviation 6: median 0.99 / 0.99, min 0.98 / 0.99;
     # without it (trim_md 0, trim_base off): 0.90 / 0.90, min 0.89 / 0.89.
     _check(scenario_fairness(n=8, stagger=0.1, hold=0.5, seed=5, bottleneck="last-hop"),
            median=0.95, low=0.92)
@@ -73,7 +73,7 @@ def test_newcomers_behind_a_standing_last_hop_queue_learn_the_same_base(seed: in
     # ACK without it. Before its trims' round trips set the connection's
     # base RTT (and the pipe's, NSCC deviation 6), seed 5 read base RTTs of
     # 3.0 / 4.6 / 12.9 / 17.8 ms, maxwnd 15 / 21 / 58 / 80 KB, Jain median
-    # 0.83 (min 0.63); seed 6 0.96 (min 0.84). Measured after: 0.997 / 0.999.
+    # 0.83 (min 0.63); seed 6 0.96 (min 0.84). Measured after: 0.998 / 0.999.
     r = scenario_fairness(n=4, stagger=1.0, hold=1.5, seed=seed, bottleneck="last-hop",
                           rate=1.5e6, uplink_rate=1.5e6)
     final = r["trace"][-1][1]
@@ -82,3 +82,13 @@ def test_newcomers_behind_a_standing_last_hop_queue_learn_the_same_base(seed: in
     assert max(bases) <= 1.5 * min(bases), bases
     assert max(windows) <= 1.5 * min(windows), windows
     _check(r, median=0.97, low=0.8)
+
+
+def test_eight_flows_at_twelve_mbit_share_each_100_ms() -> None:
+    # The same fabric at --rate 12 with eight flows: a 100 ms window is ~4
+    # RTTs of the ~20 ms standing queue. Subtracting each last-hop trim's
+    # bytes besides the once-per-RTT cut (chance decides which flow a trim
+    # hits) held the median at 0.90 / 0.94 (seeds 5 / 6); the cut alone: 0.95.
+    r = scenario_fairness(n=8, stagger=1.0, hold=1.5, seed=5, bottleneck="last-hop",
+                          rate=1.5e6, uplink_rate=1.5e6)
+    _check(r, median=0.945, low=0.88)

@@ -372,12 +372,13 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
                              _f(x.get("newcomer_share_worst_ms"), 0),
                              _f(x.get("newcomer_share_worst_rtts"), 1),
                              _f(x["newcomer_worst_ms"], 0), _f(x["newcomer_worst_rtts"], 1),
-                             _f(x["complete"])])
+                             _f(x.get("jain_span")), _f(x["complete"])])
         out.append(("fairness: flows into one host, started one after another (the "
                     "newcomer's worst time to 80% of its share, by message arrivals and "
                     "by 100 ms windows)",
                     ["stack", "flows", "Jain min", "Jain median", "newcomer ms (arrivals)",
-                     "in srtts", "newcomer ms (100 ms windows)", "in srtts", "byte-exact"],
+                     "in srtts", "newcomer ms (100 ms windows)", "in srtts",
+                     "Jain over the span", "byte-exact"],
                     rows))
     td = taildrop.table(R)
     if td:

@@ -265,6 +265,9 @@ def fairness(ctx: Ctx) -> dict[str, Any]:
                                   for xs in (newcomer, share))
             out[f"n={n}"] = {"jain_min": min(jw) if jw else None,
                              "jain_median": statistics.median(jw) if jw else None,
+                             # the same span as one window: the long-run split,
+                             # apart from how even each 100 ms is
+                             "jain_span": m.jain([sum(f[conv:end]) for f in per_flow]),
                              "newcomer_80pct_ms": newcomer, "newcomer_worst_ms": worst,
                              "srtt_ms": srtt, "newcomer_worst_rtts":
                              worst / srtt if worst is not None and srtt else None,
