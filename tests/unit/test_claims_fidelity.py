@@ -234,3 +234,14 @@ def test_a_comparison_rests_on_the_stacks_it_names() -> None:
     assert fr.rests_on("x: within 20 ms", ["braid", "tcp"]) == ["braid"]
     # a comparison that names no stack it knows rests on every one
     assert fr.rests_on("x: better than the rest", ["braid", "tcp"]) == ["braid", "tcp"]
+
+
+def test_rate_auto_splits_a_hosts_aggregate_over_the_planes() -> None:
+    import tools.claims.bench as bench_claims
+
+    # Two planes keep the ladder the default fabric has always had; four
+    # try the same aggregates (4 x 6 is as faithful as 2 x 12 on this
+    # machine); eight stop at the fabric's lowest rate.
+    assert bench_claims.rate_ladder(2) == [100, 50, 25, 12]
+    assert bench_claims.rate_ladder(4) == [50, 25, 12, 6]
+    assert bench_claims.rate_ladder(8) == [25, 12, 6]

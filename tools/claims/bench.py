@@ -67,9 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=_rate_arg, default=100, metavar="MBIT|auto",
                         help="link rate per plane in Mbit/s (default 100; e.g. --planes 4 "
                              "--rate 50 keeps the default's aggregate); auto: the highest of "
-                             f"{', '.join(map(str, RATE_LADDER))} at which a short Braid "
-                             "probe run is faithful on this machine (docs/claims.md, "
-                             "Fidelity), then every row at that rate")
+                             f"{', '.join(map(str, AGGREGATE_LADDER))} Mbit/s per host, split "
+                             "over the planes (100, 50, 25, 12 per plane on two), at which a "
+                             "short Braid probe run is faithful on this machine "
+                             "(docs/claims.md, Fidelity), then every row at that rate")
     parser.add_argument("--mtu", type=int, default=1500, metavar="BYTES",
                         help="MTU of every link, 1280..9000 (default 1500; every stack sizes "
                              "its packets to it: 4208 carries Braid DATA of 4096 bytes, "
@@ -98,8 +99,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="daemon configs and logs (default: <out>/claims-run)")
 
 
-#: ``--rate auto`` tries these per-plane rates (Mbit/s), highest first.
-RATE_LADDER = (100, 50, 25, 12, 6)
+#: ``--rate auto`` tries these rates (Mbit/s per host, the planes' sum),
+#: highest first, each split over the planes (``rate_ladder``): what
+#: saturates a host is the aggregate it moves, not its plane count.
+AGGREGATE_LADDER = (200, 100, 50, 24)
+
+
+def rate_ladder(planes: int) -> list[int]:
+    """The per-plane rates ``--rate auto`` tries on ``planes`` planes: 100,
+    50, 25, 12 on two, 50, 25, 12, 6 on four; none under the fabric's lowest."""
+    from tools.claims import fabric as claims_fabric
+
+    lo, hi = claims_fabric.RATE_RANGE
+    return [r for r in (a // planes for a in AGGREGATE_LADDER) if lo <= r <= hi]
 #: Seconds of the probe run (an all-to-all step loop of Braid over 4 hosts).
 PROBE_S = (2.0, 3.0)  # --quick, full
 
@@ -171,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
     if args.inproc and (args.queue_wait or args.daemon_qlog):
         raise UserError("--queue-wait and --daemon-qlog measure the daemons: not with --inproc")
     auto = args.rate == "auto"
-    claims_fabric.configure(args.planes, RATE_LADDER[0] if auto else int(args.rate), args.mtu)
+    first = rate_ladder(args.planes)[0] if auto else int(args.rate)
+    claims_fabric.configure(args.planes, first, args.mtu)
     connection = claims_fabric.parse_connection(args.connection, args.planes)
     out = Path(args.out)
     work = Path(args.work) if args.work else out / "claims-run"
@@ -277,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _search_rate(ctx: Any, make_fab: Any, args: argparse.Namespace, say: Any
                  ) -> dict[str, Any]:
-    """``--rate auto``: a fabric per rung of ``RATE_LADDER``, a probe run on
+    """``--rate auto``: a fabric per rung of ``rate_ladder``, a probe run on
     each until one is faithful; the fabric of the chosen rate is left up in
     ``ctx.fab`` for the rows."""
     from tools.claims import fabric as claims_fabric
@@ -294,8 +307,7 @@ def _search_rate(ctx: Any, make_fab: Any, args: argparse.Namespace, say: Any
             ctx.fab.down()
         return fid
 
-    ladder = [r for r in RATE_LADDER
-              if claims_fabric.RATE_RANGE[0] <= r <= claims_fabric.RATE_RANGE[1]]
+    ladder = rate_ladder(args.planes)
     found = search_rate(probe, ladder, say)
     if found["faithful"] is False:  # nothing was faithful: the lowest rung, marked so
         claims_fabric.configure(args.planes, found["rate_mbit"], args.mtu)

@@ -229,7 +229,7 @@ class Monitor:
 Probe = Callable[[int], Mapping[str, Any]]
 
 
-def search_rate(probe: Probe, ladder: Iterable[int] = (100, 50, 25, 12, 6),
+def search_rate(probe: Probe, ladder: Iterable[int] = (100, 50, 25, 12),
                 say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``--rate auto``: walk ``ladder`` (Mbit/s per plane, highest first) and
     stop at the first rate whose probe run (``probe(rate) -> judge()``) is
