@@ -234,19 +234,6 @@ class Nscc(NsccDeviations):
             cap = max(cap, self.bdp + self.line_rate * over + hold)
         self.max_window = max(cap / self._senders, self.min_window)
 
-    def _pipe_bases(self) -> list[float]:
-        """Each plane's base RTT for the pipe: its smallest SACK echo, or
-        its smallest delay sample where that is lower (a trimmed header's
-        round trip skips the trimming port's queue, deviation 6): a
-        connection that starts while a plane's queue stands learns that
-        plane's smallest echo with the queue in it."""
-        paths = self._paths
-        out = []
-        for plane, b in paths.bases().items():
-            d = paths.delay_base(plane)
-            out.append(b if d is None or d >= b else d)
-        return out
-
     def _clamp(self, w: float) -> float:
         return min(max(w, self.min_window), self.max_window)
 

@@ -243,6 +243,19 @@ class NsccDeviations:
             self._set_base(min(self._min_rtt, self.base_rtt))
             self._cwnd = min(self._cwnd, self.max_window)
 
+    def _pipe_bases(self) -> list[float]:
+        """Each plane's base RTT for the pipe: its smallest SACK echo, or
+        its smallest delay sample where that is lower (a trimmed header's
+        round trip skips the trimming port's queue, deviation 6): a
+        connection that starts while a plane's queue stands learns that
+        plane's smallest echo with the queue in it."""
+        paths = self._paths
+        out = []
+        for plane, b in paths.bases().items():
+            d = paths.delay_base(plane)
+            out.append(b if d is None or d >= b else d)
+        return out
+
     def _last_hop_trim_cut(self, now: float) -> None:
         if self.trim_md and now - self._last_md >= self._rtt_est():
             # AIMD's cut, once per RTT (the subtraction alone keeps any

@@ -112,6 +112,8 @@ def rate_ladder(planes: int) -> list[int]:
 
     lo, hi = claims_fabric.RATE_RANGE
     return [r for r in (a // planes for a in AGGREGATE_LADDER) if lo <= r <= hi]
+
+
 #: Seconds of the probe run (an all-to-all step loop of Braid over 4 hosts).
 PROBE_S = (2.0, 3.0)  # --quick, full
 
