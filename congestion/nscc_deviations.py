@@ -238,9 +238,11 @@ class NsccDeviations:
             # that starts while the last hop's queue stands never sees an
             # ACK without it, and its base RTT (so its target and maxwnd)
             # would be that queue.
+            # Before any sample the base is the configured guess, which the
+            # first sample replaces (as in ``on_ack``), lower or not.
             if rtt < self._min_rtt:
                 self._min_rtt = rtt
-            self._set_base(min(self._min_rtt, self.base_rtt))
+            self._set_base(self._min_rtt)
             self._cwnd = min(self._cwnd, self.max_window)
 
     def _pipe_bases(self) -> list[float]:

@@ -9,6 +9,7 @@ goes out, ``_output``).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from congestion import registry as cc_registry
@@ -30,6 +31,10 @@ from wire.keys import DirectionKeys, new_nonce
 from wire.packets import Reset
 
 _CLOSE_RETRIES = 5
+#: The srtt log's spacing (s) and length (entries): 5 s of a connection's
+#: life, newest kept (``Connection.stats``' ``srtt_log``).
+SRTT_LOG_EVERY = 10e-3
+SRTT_LOG_LEN = 512
 #: What the sender allows for the peer's ACK delay before its SACKs report one
 #: (the SACK ``ACK Delay`` field; ``Sender.ack_delay`` learns it from there).
 PEER_ACK_DELAY = 20e-6
@@ -124,6 +129,15 @@ class ConnCore:
         self._events: deque[Event] = deque()
         #: Planes not parked, as the controller was last told (its line rate).
         self._planes_up: int = self.config.planes
+        #: Planes parked, as ``_note_ev_changes`` last saw them.
+        self._parked: frozenset[int] = frozenset()
+        #: The smoothed RTT over time (connection clock, srtt), at most one
+        #: entry per ``SRTT_LOG_EVERY``, the newest ``SRTT_LOG_LEN``: what a
+        #: fault's yardstick reads (the srtt at a stall's start; the one at
+        #: the end of a run is the emptied queue's). Made at the first sample:
+        #: a half-open connection holds none.
+        self.srtt_log: deque[tuple[float, float]] | None = None
+        self._srtt_log_next = -math.inf
         self._control: list[tuple[Outgoing, TxPath]] = []
         #: Data TxPaths by (plane << 24 | EV << 8 | DSCP): immutable, built once.
         self._tx_paths: dict[int, TxPath] = {}
@@ -254,9 +268,18 @@ class ConnCore:
         changes = self.health.take_changes()
         if changes:
             self._events.extend(changes)
+            parked = frozenset(self.paths.parked_planes())
+            # What is in flight on a plane just parked for silence is resent
+            # elsewhere now, not one time-rule wait (the dead plane's srtt in
+            # it) later, and no longer holds the window shut (decision 0040).
+            for plane in parked - self._parked:
+                if (self.paths.ev_set.park_cause(plane) == "silence"
+                        and self.sender.sweep_plane(plane, parked=True)):
+                    self._stir()
+            self._parked = parked
             # A plane parked or back: the controller's line rate is the
             # planes that are up (decision 0030).
-            up = max(1, self.config.planes - len(self.paths.parked_planes()))
+            up = max(1, self.config.planes - len(parked))
             if up != self._planes_up:
                 self._planes_up = up
                 self.cc.set_line_rate(self.config.plane_rate * up)

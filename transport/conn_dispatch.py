@@ -8,6 +8,8 @@ them to the same result on the same datagrams.
 
 from __future__ import annotations
 
+from collections import deque
+
 from congestion.base import AckSample
 from transport.conn_core import (
     _ACK_REQ,
@@ -16,6 +18,8 @@ from transport.conn_core import (
     _LAST,
     ACK_BATCH_DELAY,
     FLUSH_ACK_DELAY,
+    SRTT_LOG_EVERY,
+    SRTT_LOG_LEN,
     _us,
 )
 from transport.conn_lifecycle import ConnLifecycle
@@ -227,6 +231,11 @@ class ConnDispatch(ConnLifecycle):
             self._persist_backoff = 0
         if res.rtt is not None:
             self.health.set_rtt(self.sender.rtt.srtt, self.sender.ack_delay)
+            if now >= self._srtt_log_next:
+                self._srtt_log_next = now + SRTT_LOG_EVERY
+                if self.srtt_log is None:
+                    self.srtt_log = deque(maxlen=SRTT_LOG_LEN)
+                self.srtt_log.append((now, self.sender.rtt.srtt))
         if res.plane_rtt is not None and res.plane_rtt[0] < self.config.planes:
             # The plane is what the peer's SACK echoes: only one we have counts.
             plane, prtt = res.plane_rtt

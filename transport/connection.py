@@ -104,9 +104,13 @@ class Connection(ConnScheduler):
             # When planes were parked and came back (time on the connection's
             # clock, plane, "parked" | "up", srtt then, cause): the newest 64.
             "plane_log": [list(e) for e in list(self.paths.ev_set.plane_log)[-64:]],
+            # The srtt over time (connection clock, srtt), one entry per
+            # 10 ms of SACKs at most, the newest 512.
+            "srtt_log": [list(e) for e in self.srtt_log or ()],
             "probe_interval": self.paths.ev_set.probe_initial,
             "unreachable_sends": self.unreachable_sends,
             "lost_unreachable": s.lost_unreachable,
+            "lost_on_park": s.lost_on_park,
             "dropped": dict(self.dropped),
             # EV state changes by cause: ev_late_ack (skipped for a standing
             # queue), ev_ecn_ack (skipped for marks), ev_loss (condemned),

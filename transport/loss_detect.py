@@ -23,6 +23,7 @@ class LossDetection(SendQueue):
     lost_by_rto: int
     lost_by_time: int
     lost_unreachable: int
+    lost_on_park: int
     nacks: int
     reorder_extra: float
     reorder_fraction: float
@@ -109,14 +110,20 @@ class LossDetection(SendQueue):
         p = self.inflight.get(psn)
         return p if p is not None and p.timestamp != echo_ts and p.lost_plane >= 0 else None
 
-    def sweep_plane(self, plane: int) -> list[SentPacket]:
+    def sweep_plane(self, plane: int, *, parked: bool = False) -> list[SentPacket]:
         """Declare lost what is in flight on ``plane``: the host could not
         send there (its link is down), so those packets never left or are
-        stuck behind the dead link; retransmitted elsewhere at once."""
+        stuck behind the dead link; or (``parked``) path health parked the
+        plane, which answered nothing sent for several smoothed RTTs while
+        another plane answered later sends. Retransmitted elsewhere at once
+        (a copy that arrives after all is taken back as a late one)."""
         swept = [p for p in self.inflight.values() if p.ev is not None and p.ev.plane == plane]
         for p in swept:
             self._mark_lost(p)
-        self.lost_unreachable += len(swept)
+        if parked:
+            self.lost_on_park += len(swept)
+        else:
+            self.lost_unreachable += len(swept)
         return swept
 
     def sweep_inflight(self) -> list[SentPacket]:

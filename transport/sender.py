@@ -122,6 +122,8 @@ class Sender(TailProbes):
         self.lost_by_rto = 0
         #: Swept from a plane the host could not send on (``sweep_plane``).
         self.lost_unreachable = 0
+        #: Swept from a plane path health parked (``sweep_plane(parked=True)``).
+        self.lost_on_park = 0
         self.rto_events = 0
         self.tlp_probes = 0
         #: Resends that went out as two copies (``TWIN_AFTER_LOSSES``).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tools.claims import metrics as m
@@ -208,6 +210,47 @@ def test_plane_events_time_the_park_from_the_fault() -> None:
     assert pe["parked_after_srtt"] == pytest.approx(4.0)
     assert pe["parked_after_srtt_at_park"] == pytest.approx(3.0)
     assert pe["srtt_silent_ms"] == pytest.approx(1.5)
+
+
+def test_the_stall_is_judged_in_the_srtt_when_it_began() -> None:
+    from tools.claims.runs import srtt_at
+
+    go = 100.0
+    # The busiest sending connection's srtt over the run: a queue of ~5 ms
+    # while the stream runs, emptied at the end (the run's last srtt).
+    busy = {"packets_sent": 900, "srtt": 0.0008,
+            "srtt_log": [[go + 0.01 * i, 0.005 if i < 250 else 0.0008] for i in range(1, 260)]}
+    idle = {"packets_sent": 10, "srtt_log": [[go + 1.0, 0.05]]}
+    res = {0: {"go": go, "conns": [idle, busy]}, 3: {"go": go, "conns": []}}
+    assert srtt_at(res, 1.5) == pytest.approx(5.0)
+    assert srtt_at(res, 2.555) == pytest.approx(0.8)
+    assert srtt_at(res, 0.0) == pytest.approx(5.0)  # before the first entry: the first
+    assert srtt_at({0: {"go": go, "conns": [{"packets_sent": 5, "srtt": 0.001}]}}, 1.0) is None
+
+
+def test_a_connection_logs_its_srtt_every_10_ms_at_most() -> None:
+    from testbed.sim.driver import Simulator
+    from testbed.sim.scenarios import (
+        _establish,
+        _send_all,
+        connect_pair,
+        default_config,
+        make_fabric,
+        pattern,
+    )
+    from transport.conn_core import SRTT_LOG_EVERY, SRTT_LOG_LEN
+
+    fab = make_fabric(planes=2, rate=12.5e6)
+    sim = Simulator(fab)
+    a, b = connect_pair(sim, "a", "b", config=default_config(fab))
+    _establish(sim, a, b, limit=0.2)
+    _send_all(sim, a, pattern(4 << 20), 1 << 20)
+    sim.run(until=sim.now + 0.5, max_events=5_000_000)
+    log = a.conn.stats()["srtt_log"]
+    assert isinstance(log, list) and 2 <= len(log) <= SRTT_LOG_LEN
+    times = [t for t, _ in log]
+    assert all(y - x >= SRTT_LOG_EVERY for x, y in itertools.pairwise(times))
+    assert all(srtt > 0 for _, srtt in log)
 
 
 def test_burst_phases_split_each_step_at_the_first_senders_start() -> None:

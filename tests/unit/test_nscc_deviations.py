@@ -243,6 +243,19 @@ def test_trim_base_is_the_connections_base_and_its_pipes() -> None:
     assert on.cwnd <= on.max_window
 
 
+def test_a_trim_before_any_ack_replaces_the_guessed_base() -> None:
+    # The configured base RTT is a guess (1 ms on a host), which the first
+    # sample replaces, lower or higher. A trim's round trip that comes
+    # before any ACK's is that first sample: kept below it, the guess stood
+    # for ever (the first sample was the minimum: no later one went lower).
+    c = judged(Nscc(NsccParams.braid(), mtu=MTU, base_rtt=1e-3, line_rate=RATE,
+                    target_delay=2e-3, trim_md=0.0))
+    c.on_nack(now=0.0, trimmed_bytes=MTU, last_hop=True, rtt=3e-3, plane=0)
+    assert c.base_rtt == pytest.approx(3e-3)
+    ack(c, 1e-3, 5e-3)
+    assert c.base_rtt == pytest.approx(3e-3)
+
+
 def test_trim_quiet_qa() -> None:
     on, off = both("trim_quiet_qa", trim_md=0.0)
     for c in (on, off):

@@ -244,8 +244,13 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
             what, judged = (f"{_f(stall, 1)} ms (longest pause {_f(v.get('longest_pause_ms'), 1)}"
                             f" ms less the usual {_f(v.get('arrival_spacing_ms'), 1)} ms "
                             f"between messages; 10 ms bins: {gap} ms)"), stall
+        # The srtt when the stall began (``stall_srtt_ms``); a run from
+        # before the srtt was logged used the run's last one.
+        at = v.get("stall_srtt_ms")
+        which = (f"srtt when it began {_f(at, 1)} ms" if at is not None
+                 else f"srtt at the run's end {_f(srtt, 1)} ms")
         out.append([f"compound{tag}: no stall longer than 10 srtt + one probe interval",
-                    f"{what}, limit {_f(limit, 1)} ms (srtt {_f(srtt, 1)} ms, probe "
+                    f"{what}, limit {_f(limit, 1)} ms ({which}, probe "
                     f"interval {_f(pl.get('probe_interval_ms'), 1)} ms)",
                     f"tcp {ref('tcp')} ms, mptcp {ref('mptcp')} ms",
                     _met(None if judged is None or not limit else judged <= limit)])
@@ -346,13 +351,14 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
                  _f(_get(v, "planes", "srtt_silent_ms"), 2),
                  _f(_get(v, "planes", "parked_after_srtt"), 1),
                  _f(_get(v, "planes", "parked_after_srtt_at_park"), 1),
-                 _f(v.get("stall_limit_ms"), 1), _f(v["complete"])]
+                 _f(v.get("stall_srtt_ms"), 2), _f(v.get("stall_limit_ms"), 1),
+                 _f(v["complete"])]
                 for k, v in variants]
         out.append(("compound: plane 0 down + 30% one-way loss on plane 1 (+ CE: the "
                     "survivor CE-marks that share of h0's data instead of losing it)",
                     ["stack", "longest gap ms", "stall ms", "empty bins", "Mbit/s after", "RTOs",
-                     "srtt ms", "plane 0 parked after ms", "srtt at silence ms",
-                     "in srtt at silence", "in srtt at the park",
+                     "srtt ms (run's end)", "plane 0 parked after ms", "srtt at silence ms",
+                     "in srtt at silence", "in srtt at the park", "srtt at the stall ms",
                      "stall limit ms (10 srtt + probe)", "byte-exact"], rows))
     if "incast" in R and "per_stack" in R["incast"]:
         rows = [[k, str(v["bursts"]), _f(v["completion_p50_over_ideal"]),

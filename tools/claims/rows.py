@@ -39,6 +39,7 @@ from tools.claims.runs import (
     pair_plane,
     plane_cap_bps,
     plane_events,
+    srtt_at,
     stream,
 )
 from tools.claims.taildrop import taildrop
@@ -264,9 +265,13 @@ def _compound_run(ctx: Ctx, stack: str, label: str, faults: list[tuple[float, st
         if stack == "braid" else None}
     if stack == "braid":
         pe = plane_events(res, _fault_time(res, "plane 0 down", t_fault))
-        srtt = out["srtt_ms"]
+        # The limit is in the srtt when the stall began (as the park's is in
+        # the one when the plane went silent), not the run's last one.
+        at = srtt_at(res, lp[1]) if lp is not None else None
+        srtt = at if at is not None else out["srtt_ms"]
         limit = 10 * srtt + (pe["probe_interval_ms"] or 0.0) if srtt else None
-        out.update({"planes": pe, "stall_limit_ms": limit, "sender": _sender_state(res)})
+        out.update({"planes": pe, "stall_limit_ms": limit, "stall_srtt_ms": srtt,
+                    "sender": _sender_state(res)})
         ctx.say(f"  compound/braid/{label}: plane 0 parked {_fmt(pe['parked_after_ms'])} ms "
                 f"after the fault ({_fmt(pe['parked_after_srtt'])} srtt of the moment it went "
                 f"silent, {_fmt(pe['parked_after_srtt_at_park'])} of the park's; "

@@ -291,6 +291,23 @@ def _srtt_ms(res: dict[int, dict[str, Any]]) -> float | None:
     return statistics.median(vals) * 1000 if vals else None
 
 
+def srtt_at(res: dict[int, dict[str, Any]], t: float, sender: int = 0) -> float | None:
+    """The sending host's smoothed RTT (ms) at ``t`` s after go: the newest
+    entry of its busiest connection's ``srtt_log`` (one per 10 ms of SACKs)
+    at or before ``t``, else its first; None without a log (a daemon from
+    before it). What a fault's yardstick reads: at the end of a run the
+    queue has emptied and the srtt with it (the compound row's survivor
+    read 0.8 ms there and 4-6 ms while it carried the stream)."""
+    go = next((r["go"] for r in res.values() if r.get("go")), 0.0)
+    conns = [c for c in res.get(sender, {}).get("conns", [])
+             if c.get("packets_sent") and c.get("srtt_log")]
+    if not conns:
+        return None
+    log = max(conns, key=lambda c: c.get("packets_sent") or 0)["srtt_log"]
+    before = [e for e in log if e[0] - go <= t]
+    return float((before[-1] if before else log[0])[1]) * 1000
+
+
 def _fault_time(res: dict[int, dict[str, Any]], words: str, default: float
                 ) -> tuple[float, float]:
     """When the fault whose label contains ``words`` was in place (s after go):

@@ -446,6 +446,9 @@ class Worker:
                                   # parks/unparks during this run (absolute times)
                                   "plane_log": [e for e in c.get("plane_log") or []
                                                 if e[0] >= self.go - 0.001],
+                                  # the srtt over this run (absolute times)
+                                  "srtt_log": [e for e in c.get("srtt_log") or []
+                                               if e[0] >= self.go - 0.001],
                                   "unreachable_sends": int(c.get("unreachable_sends") or 0)
                                   - int(b.get("unreachable_sends") or 0)})
                 extra["conns"] = conns
@@ -460,7 +463,7 @@ class Worker:
 #: Braid connection counters reported per run (differences over the run).
 COUNTERS = ("packets_sent", "retransmissions", "rtos", "nacks_received", "probes_sent",
             "bytes_acked", "bytes_received", "lost_by_rto", "spurious_losses",
-            "lost_by_time", "lost_by_ev_order", "twin_resends",
+            "lost_by_time", "lost_by_ev_order", "twin_resends", "lost_on_park",
             # Resent packets by first send to ack (transport.sender.RECOVERY_KEYS;
             # the worker imports nothing of the stack: a test keeps them equal).
             "recovered_lt_2ms", "recovered_lt_5ms", "recovered_lt_10ms", "recovered_lt_20ms",

@@ -67,6 +67,8 @@ class _Plane:
     probe_cursor: int = 0
     parks: int = 0
     parked_at: float = -math.inf
+    #: Why it was last parked ("silence", "bad_evs", "local").
+    park_cause: str = ""
     #: EVs (by index) that were ASSUMED_BAD on their own evidence when the
     #: plane was parked: still bad when it comes back (a dead spine of a
     #: plane whose other spines work), unless they are most of the plane.
@@ -214,6 +216,11 @@ class EvSetCore:
 
     def parked_planes(self) -> list[int]:
         return [p.index for p in self._planes if p.state is PlaneState.PARKED]
+
+    def park_cause(self, plane: int) -> str:
+        """Why ``plane`` was last parked ("silence", "bad_evs", "local"; ""
+        if never)."""
+        return self._planes[plane].park_cause
 
     def plane_answered_sent(self, plane: int) -> float:
         """Send time of the newest answered packet of ``plane`` (-inf: none)."""

@@ -261,6 +261,7 @@ class PlaneLiveness(EvSetCore):
     def _park(self, plane: _Plane, now: float, cause: str = "silence") -> None:
         plane.bad_at_park = frozenset(ev.index for ev in plane.evs if ev.state is ASSUMED_BAD)
         plane.state = PlaneState.PARKED
+        plane.park_cause = cause
         self.plane_changes += 1
         plane.parks += 1
         if len(self.park_log) < 4096:
