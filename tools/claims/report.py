@@ -168,13 +168,17 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
                         _met(None if ok is None or bg is None else ok and bg <= 20)])
     ic = _get(R, "incast", "per_stack") or {}
     if "braid" in ic:
-        c, r, v = (_get(ic, "braid", k) for k in ("completion_p100_over_ideal", "rtos",
-                                                   "victim_ratio"))
-        out.append(["incast (trimming): completion <= 1.2x ideal, 0 RTOs, victim >= 0.8",
-                    f"{_f(c)}x, {r} RTOs, victim {_f(v)}",
-                    f"tail-drop {_f(_get(ic, 'braid-taildrop', 'completion_p100_over_ideal'))}x"
-                    f"; tcp {_f(_get(ic, 'tcp', 'completion_p100_over_ideal'))}x; mptcp "
-                    f"{_f(_get(ic, 'mptcp', 'completion_p100_over_ideal'))}x"
+        # Judged at the median burst, as the target is set (issue 35: "<= 1.2x
+        # ideal at p50"); the slowest burst is shown beside it.
+        c, worst, r, v = (_get(ic, "braid", k) for k in (
+            "completion_p50_over_ideal", "completion_p100_over_ideal", "rtos", "victim_ratio"))
+        out.append(["incast (trimming): completion <= 1.2x ideal at p50, 0 RTOs, victim >= 0.8",
+                    f"{_f(c)}x (p100 {_f(worst)}x), {r} RTOs, victim {_f(v)}",
+                    "p50 / p100: " + "; ".join(
+                        f"{name} {_f(_get(ic, st, 'completion_p50_over_ideal'))} / "
+                        f"{_f(_get(ic, st, 'completion_p100_over_ideal'))}x"
+                        for name, st in (("tail-drop", "braid-taildrop"), ("tcp", "tcp"),
+                                         ("mptcp", "mptcp")))
                     + _incast_controls(_get(R, "incast", "controls") or {}),
                     _met(None if c is None or v is None else c <= 1.2 and r == 0 and v >= 0.8)])
     asy = _get(R, "asymmetric", "per_stack") or {}
