@@ -168,8 +168,8 @@ def targets(data: dict[str, Any]) -> list[list[str]]:
                         _met(None if ok is None or bg is None else ok and bg <= 20)])
     ic = _get(R, "incast", "per_stack") or {}
     if "braid" in ic:
-        # Judged at the median burst, as the target is set (issue 35: "<= 1.2x
-        # ideal at p50"); the slowest burst is shown beside it.
+        # Judged at the median burst, as the target is set ("<= 1.2x ideal at
+        # p50"); the slowest burst is shown beside it.
         c, worst, r, v = (_get(ic, "braid", k) for k in (
             "completion_p50_over_ideal", "completion_p100_over_ideal", "rtos", "victim_ratio"))
         out.append(["incast (trimming): completion <= 1.2x ideal at p50, 0 RTOs, victim >= 0.8",
