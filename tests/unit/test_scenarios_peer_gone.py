@@ -27,8 +27,8 @@ def test_peer_gone_a_slow_plane_stays_up_and_the_retry_budget_ends_it() -> None:
     assert 3.8 <= r["failed_after_gone"] <= 4.6, r
     # Whether the slow plane also goes silent and parks with the dead ones
     # (then the idle rule ends it at 5 s) depends on when its last answers
-    # came: seeds 1-3 x cuts of 50, 100, 300 gave either, with runs of one
-    # packet or of eight. Either way it ends with its reason, within 5 s.
+    # came: seeds 1-3 x cuts of 50, 100, 300 (runs of one packet) gave
+    # either. Either way it ends with its reason, within 5 s.
     for kw in ({"seed": 2, "spray_run_time": 0.0}, {"seed": 2}):
         r = scenario_peer_gone(cut=100.0, **kw)
         failed = r["failed"]
