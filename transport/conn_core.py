@@ -9,7 +9,6 @@ goes out, ``_output``).
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 from congestion import registry as cc_registry
@@ -35,6 +34,7 @@ _CLOSE_RETRIES = 5
 #: life, newest kept (``Connection.stats``' ``srtt_log``).
 SRTT_LOG_EVERY = 10e-3
 SRTT_LOG_LEN = 512
+_NONE_PARKED: frozenset[int] = frozenset()
 #: What the sender allows for the peer's ACK delay before its SACKs report one
 #: (the SACK ``ACK Delay`` field; ``Sender.ack_delay`` learns it from there).
 PEER_ACK_DELAY = 20e-6
@@ -130,14 +130,14 @@ class ConnCore:
         #: Planes not parked, as the controller was last told (its line rate).
         self._planes_up: int = self.config.planes
         #: Planes parked, as ``_note_ev_changes`` last saw them.
-        self._parked: frozenset[int] = frozenset()
+        self._parked: frozenset[int] = _NONE_PARKED
         #: The smoothed RTT over time (connection clock, srtt), at most one
         #: entry per ``SRTT_LOG_EVERY``, the newest ``SRTT_LOG_LEN``: what a
         #: fault's yardstick reads (the srtt at a stall's start; the one at
         #: the end of a run is the emptied queue's). Made at the first sample:
         #: a half-open connection holds none.
         self.srtt_log: deque[tuple[float, float]] | None = None
-        self._srtt_log_next = -math.inf
+        self._srtt_log_next = 0.0  # a constant: a half-open connection's bytes count
         self._control: list[tuple[Outgoing, TxPath]] = []
         #: Data TxPaths by (plane << 24 | EV << 8 | DSCP): immutable, built once.
         self._tx_paths: dict[int, TxPath] = {}
