@@ -13,7 +13,7 @@ setup(
         Extension(
             "wire._fastwire",
             sources=["wire/_fastwire.c", "wire/_fastwire_crypto.c", "wire/_fastwire_sealer.c",
-                     "wire/_fastwire_opener.c"],
+                     "wire/_fastwire_opener.c", "wire/_fastwire_rx.c"],
             depends=["wire/_fastwire.h"],
             libraries=["crypto"],
             # Only PyInit__fastwire is exported; the files share the rest.

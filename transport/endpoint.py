@@ -21,15 +21,16 @@ from __future__ import annotations
 import random
 import struct
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 from transport.config import ConnectionConfig
 from transport.connection import Connection
 from transport.datagram import Outgoing, RxInfo, TxPath
 from transport.events import ConnectionClosed, ConnectionFailed, Event
 from transport.host_share import HostShare
-from wire.codec import HandshakeCodec, peek_untrusted
+from wire.codec import IMPLEMENTATION, HandshakeCodec, peek_untrusted
 from wire.constants import HEADER_TAG_LEN, VERSION, Dscp, PacketType
 from wire.errors import WireError
 from wire.packets import HEADER_WORDS, CommonHeader, Init, UnknownConn
@@ -45,6 +46,34 @@ _DATA_TYPE = int(PacketType.DATA)
 _DATA_WORDS = HEADER_WORDS[PacketType.DATA]
 _DATA_CUT = _DATA_WORDS * 4 + HEADER_TAG_LEN
 _DCID = struct.Struct("!I").unpack_from
+
+
+def data_run(datagrams: Sequence[bytes | memoryview], start: int) -> tuple[int, int]:
+    """``(cid, end)``: ``datagrams[start:end]`` look like DATA without header
+    extensions for connection ``cid``, as many in a row as there are; cid -1
+    (and end ``start + 1``): ``datagrams[start]`` does not. The reference of
+    ``wire._fastwire.data_run``, which the compiled codec uses."""
+    def cid_of(data: bytes | memoryview) -> int:
+        if len(data) >= _DATA_CUT and data[1] == _DATA_TYPE and data[3] == _DATA_WORDS \
+                and data[0] == VERSION:
+            return int(_DCID(data, 4)[0])
+        return -1
+
+    cid, end, n = cid_of(datagrams[start]), start + 1, len(datagrams)
+    if cid >= 0:
+        while end < n and cid_of(datagrams[end]) == cid:
+            end += 1
+    return cid, end
+
+
+def _compiled_data_run() -> Callable[[list[Any], int], tuple[int, int]]:
+    if IMPLEMENTATION != "c":
+        return data_run
+    from wire import _fastwire
+    return _fastwire.data_run
+
+
+_DATA_RUN = _compiled_data_run()
 _ANSWER_UNKNOWN = frozenset({PacketType.DATA, PacketType.SACK, PacketType.NACK,
                              PacketType.PROBE, PacketType.PROBE_ACK, PacketType.CLOSE})
 
@@ -161,32 +190,24 @@ class Endpoint:
     def receive_datagrams(self, datagrams: Iterable[bytes | memoryview], rx: RxInfo,
                           now: float, peer: PeerKey) -> None:
         """``receive_datagram`` for each of a batch from one source (a GRO
-        read): DATA without header extensions goes straight to its connection
-        (``Connection.receive_data``); everything else the usual way. The
-        datagrams may be views of the I/O layer's buffer: nothing keeps them."""
+        read): a run of DATA without header extensions for one connection goes
+        to it in one call (``Connection.receive_data_batch``); everything else
+        the usual way. The datagrams may be views of the I/O layer's buffer:
+        nothing keeps them."""
         conns = self.connections
-        last_cid = -1
-        conn: Connection | None = None
-        for data in datagrams:
-            if len(data) >= _DATA_CUT and data[1] == _DATA_TYPE and data[3] == _DATA_WORDS \
-                    and data[0] == VERSION:
-                cid = _DCID(data, 4)[0]
-                if cid != last_cid:
-                    if conn is not None:
-                        self._collect(conn)
-                    conn = conns.get(cid)
-                    last_cid = cid
-                if conn is not None:
-                    conn.receive_data(data, rx, now)
-                    continue
-            elif conn is not None:
+        batch = datagrams if isinstance(datagrams, list) else list(datagrams)
+        i, n = 0, len(batch)
+        while i < n:
+            cid, end = _DATA_RUN(batch, i)
+            conn = conns.get(cid) if cid >= 0 else None
+            if conn is not None:
+                conn.receive_data_batch(batch if i == 0 and end == n else batch[i:end], rx, now)
                 # Events stay in arrival order: collect before anything else runs.
                 self._collect(conn)
-                conn = None
-                last_cid = -1
-            self.receive_datagram(bytes(data), rx, now, peer)
-        if conn is not None:
-            self._collect(conn)
+            else:
+                for data in batch[i:end]:
+                    self.receive_datagram(bytes(data), rx, now, peer)
+            i = end
 
     def _on_init(self, data: bytes, rx: RxInfo, now: float, peer: PeerKey) -> Connection | None:
         try:

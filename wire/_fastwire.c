@@ -13,7 +13,8 @@
  * every call.
  *
  * Files: _fastwire.h (shared types), _fastwire_crypto.c (AES-GCM, replay
- * window, keys), _fastwire_sealer.c, _fastwire_opener.c; this one: shared
+ * window, keys), _fastwire_sealer.c, _fastwire_opener.c, _fastwire_rx.c (the
+ * receive fast path into a Receiver); this one: shared
  * helpers, socket batches, benchmark floors, the module.
  *
  * Layout (wire/SPEC.md): header (52 bytes for DATA) | header tag (16) |
@@ -429,6 +430,10 @@ static PyMethodDef module_methods[] = {
      "send_gso(fd, buffer, segment_size, sockaddr, tos_or_None) -> bytes sent"},
     {"timerfd_settime", fw_timerfd_settime, METH_VARARGS,
      "timerfd_settime(fd, deadline_ns[, interval_ns]) -> None (absolute, CLOCK_MONOTONIC; 0 disarms)"},
+    {"place_slices", fw_place_slices, METH_VARARGS,
+     "place_slices(receiver, opener, datagrams, start, plane, ce, now) -> (next, kind, item, opened)"},
+    {"data_run", fw_data_run, METH_VARARGS,
+     "data_run(datagrams, start) -> (cid, end): the run of DATA for one connection at start"},
     {"_bench_bare_evp", fw_bench_bare_evp, METH_VARARGS,
      "_bench_bare_evp(n, payload_len) -> ns for n bare EVP seal+open round trips"},
     {"_bench_fast", fw_bench_fast, METH_VARARGS,
@@ -454,7 +459,7 @@ PyMODINIT_FUNC PyInit__fastwire(void) {
     StructError = WireError ? import_attr("struct", "error") : NULL;
     InvalidTag = StructError ? import_attr("cryptography.exceptions", "InvalidTag") : NULL;
     Zero = InvalidTag ? PyLong_FromLong(0) : NULL;
-    if (Zero == NULL) return NULL;
+    if (Zero == NULL || rx_init_names() < 0) return NULL;
     PyTypeObject *types[] = {&AeadType, &ReplayType, &SealerType, &OpenerType};
     for (int i = 0; i < 4; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;

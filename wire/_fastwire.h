@@ -151,5 +151,10 @@ int seal_into(SealerObject *self, uint64_t ec, const DataFields *f, const uint8_
 int open_core(OpenerObject *self, const uint8_t *d, Py_ssize_t len, uint8_t *pt,
     OpenInfo *info);
 int opener_ready(OpenerObject *self);
+PyObject *open_error(OpenerObject *self, int status, const OpenInfo *info);
+PyObject *fields_tuple(const uint8_t *d);
+PyObject *fw_place_slices(PyObject *m, PyObject *args);
+PyObject *fw_data_run(PyObject *m, PyObject *args);
+int rx_init_names(void);
 
 #endif

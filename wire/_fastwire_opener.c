@@ -82,7 +82,7 @@ int open_core(OpenerObject *self, const uint8_t *d, Py_ssize_t len, uint8_t *pt,
 }
 
 /* The WireError of a failed open_core, as an exception object. */
-static PyObject *open_error(OpenerObject *self, int status, const OpenInfo *info) {
+PyObject *open_error(OpenerObject *self, int status, const OpenInfo *info) {
     switch (status) {
     case OPEN_EPOCH:
         return wire_error_object("epoch", PyUnicode_FromFormat(
@@ -106,7 +106,7 @@ static PyObject *open_error(OpenerObject *self, int status, const OpenInfo *info
     }
 }
 
-static PyObject *fields_tuple(const uint8_t *d) {
+PyObject *fields_tuple(const uint8_t *d) {
     PyObject *t = PyTuple_New(15);
     if (t == NULL) return NULL;
     PyObject *items[15] = {
