@@ -20,6 +20,7 @@ Entry = tuple[int, int, float, float, dict[Key, object]]
 
 #: How cProfile names a method of the compiled codec's types.
 _C = "<method '%s' of 'wire._fastwire.%sCore' objects>"
+_PLACE = "<built-in method wire._fastwire.place_slices>"
 
 #: (side, row, what it contains, functions whose cumulative time is summed,
 #: as "file.py:function" or "~:<method name>" for C methods).
@@ -46,18 +47,21 @@ ROWS: list[tuple[str, str, str, list[str]]] = [
     ("receiver", "system calls (receive)", "recvmmsg (drain) / recvmsg_into",
      ["~:<method 'recvmsg_into' of '_socket.socket' objects>",
       "~:<built-in method wire._fastwire.drain>"]),
-    # The DATA fast path (Endpoint.receive_datagrams -> Connection.receive_data ->
-    # Opener.open_data_untrusted, Receiver.on_slice) and the one-datagram path
-    # (receive_datagram -> open_untrusted, _on_data) both count.
-    ("receiver", "drain + route", "per-datagram loop, peer lookup, peek, endpoint dispatch",
+    # The DATA fast path (Endpoint.receive_datagrams -> Connection.receive_data_batch
+    # -> wire._fastwire.place_slices, or per datagram Opener.open_data_untrusted and
+    # Receiver.on_slice) and the one-datagram path (receive_datagram ->
+    # open_untrusted, _on_data) all count.
+    ("receiver", "drain + route", "per-read loop, peer lookup, runs of DATA, endpoint dispatch",
      ["aio.py:_drain", "-~:<method 'recvmsg_into' of '_socket.socket' objects>",
       "-~:<built-in method wire._fastwire.drain>",
-      "-conn_dispatch.py:receive_datagram", "-conn_dispatch.py:receive_data"]),
-    ("receiver", "open", "header/body unpack, AES-GCM decrypt, replay window",
+      "-conn_dispatch.py:receive_datagram", "-conn_dispatch.py:receive_data_batch"]),
+    ("receiver", "open + place in C", "place_slices: AES-GCM open, replay, the common slice",
+     [f"~:{_PLACE}"]),
+    ("receiver", "open", "the other datagrams: header/body unpack, decrypt, replay",
      ["codec.py:open_untrusted", "codec.py:open_data_untrusted",
       f"~:{_C % ('open_data_untrusted', 'Opener')}"]),
-    ("receiver", "reassembly + PSN", "Receiver.on_slice, delivery, connection glue",
-     ["conn_dispatch.py:_on_data", "conn_dispatch.py:receive_data",
+    ("receiver", "reassembly + PSN", "Receiver.on_slice (other slices), delivery, glue",
+     ["conn_dispatch.py:_on_data", "conn_dispatch.py:receive_data_batch", f"-~:{_PLACE}",
       "-codec.py:open_data_untrusted", f"-~:{_C % ('open_data_untrusted', 'Opener')}"]),
     ("receiver", "SACK generation", "bitmaps, SACK sealing",
      ["conn_core.py:_send_sack"]),
