@@ -39,7 +39,14 @@ def measure(fn: Callable[[], object]) -> tuple[int, object]:
     return after - before, keep
 
 
-def half_open_bytes(n: int = 40) -> float:
+def half_open_bytes(n: int = 40, tries: int = 3) -> float:
+    """The least of ``tries`` measurements: tracemalloc also counts what
+    another thread allocates meanwhile (pytest-xdist's channel to its
+    controller), which only ever adds."""
+    return min(_half_open_once(n) for _ in range(tries))
+
+
+def _half_open_once(n: int) -> float:
     inits = []
     for i in range(n):
         a = Endpoint(config=DAEMON_SHAPE, secret=SECRET, rng=random.Random(1000 + i))
