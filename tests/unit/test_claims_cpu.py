@@ -25,6 +25,37 @@ def test_parse_stat_counts_busy_steal_and_leaves_guest_out() -> None:
         cpu.parse_stat("intr 1\n")
 
 
+def _stat(user: int, system: int, idle: int, softirq: int, steal: int = 0) -> str:
+    return (f"cpu  {user} 0 {system} {idle} 0 0 {softirq} {steal} 0 0\n"
+            "cpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\nintr 1\n")
+
+
+def test_busy_is_what_was_not_idle_with_the_clock() -> None:
+    # One second on 2 CPUs: the ticks saw 40 busy and 100 idle of the 2 x TICK;
+    # the rest no tick saw (interrupt work on a tickless idle CPU) and it was
+    # not idle either: it is busy.
+    tick = cpu.tick_seconds()
+    a = cpu.parse_stat(_stat(1000, 500, 8000, 100), wall_s=100.0)
+    b_text = _stat(1000 + 20, 500 + 10, 8000 + round(0.5 / tick), 100 + 10)
+    b = cpu.parse_stat(b_text, wall_s=101.0)
+    assert b.total - a.total == pytest.approx(2 / tick)
+    share = cpu.busy_between(a, b)
+    assert share == pytest.approx(1 - 0.5 / 2)  # everything but the idle half-second
+    ticked = cpu.busy_between(cpu.parse_stat(_stat(1000, 500, 8000, 100)), cpu.parse_stat(b_text))
+    assert ticked is not None and share is not None and ticked < share  # what the ticks alone say
+    cols_a = cpu.parse_stat_columns(_stat(1000, 500, 8000, 100), wall_s=100.0)
+    cols_b = cpu.parse_stat_columns(b_text, wall_s=101.0)
+    d = cpu.columns_between(cols_a, cols_b)
+    assert d["total"] == pytest.approx(2.0)
+    assert d["busy"] == pytest.approx(1.5)
+    assert d["unticked"] == pytest.approx(2.0 - 0.5 - (20 + 10 + 10) * tick)
+    # Without the clock, nothing is unticked.
+    assert cpu.parse_stat_columns(b_text)["unticked"] == 0
+    # The counters a moment off the clock never give a share outside [0, 1].
+    late = cpu.parse_stat(_stat(1000, 500, 8000 + round(3 / tick), 100), wall_s=101.0)
+    assert cpu.busy_between(a, late) == 0.0
+
+
 def test_run_share_is_a_fraction_of_all_cpus() -> None:
     a = cpu.Jiffies(busy=100, steal=0, total=1000)
     b = cpu.Jiffies(busy=250, steal=10, total=1200)

@@ -36,7 +36,8 @@ Per stack: goodput (and its share of the planes' capacity); CPU seconds per
 GB delivered of every process (``/proc/PID/stat`` utime+stime from go to the
 receiver's last byte); the machine's busy share, its busy CPU-seconds per GB
 (``/proc/stat``: softirq, the switch ports and everything else on the
-machine count) and its softirq share; the daemons' wakeups per second and
+machine count; busy is what was not idle, with the share no tick saw
+beside it, tools/claims/cpu.py) and its softirq share; the daemons' wakeups per second and
 datagrams per wakeup (``io.wakeups`` of ``braid stats``); the worst case
 beside the median: the slowest 100 ms of delivery, the longest stretch
 without any (10 ms resolution, after the first byte) and the busiest
@@ -523,6 +524,8 @@ def stack_figures(*, stack: str, rx: dict[str, Any], tx: dict[str, Any],
         "machine_busy_cpu_s": round(busy, 2),
         "machine_busy_cpu_s_per_GB": round(busy / gb, 2) if gb else None,
         "softirq_share": round(cpu.get("softirq", 0.0) / total, 3) if total else None,
+        # Busy time no tick saw (interrupt work on idle CPUs), inside machine_busy.
+        "unticked_share": round(cpu.get("unticked", 0.0) / total, 3) if total else None,
         "softirq_cpu_s_per_GB": round(cpu.get("softirq", 0.0) / gb, 2) if gb else None,
         "steal_share": round(cpu.get("steal", 0.0) / total, 3) if total else None,
         "background_busy": None if background is None else round(background, 3),
@@ -654,7 +657,8 @@ def table_rows(fabric: dict[str, Any]) -> list[list[str]]:
                            for k, v in r["process_cpu_s_per_GB"].items())
         rows.append([
             name, _f(r["goodput_mbit"]), _f(r["capacity_share"], "{:.0%}"),
-            _f(r["stack_cpu_s_per_GB"]), procs, _f(r["machine_busy"], "{:.0%}"),
+            _f(r["stack_cpu_s_per_GB"]), procs, _f(r["machine_busy"], "{:.0%}") + (
+                f" (unticked {r['unticked_share']:.0%})" if r.get("unticked_share") else ""),
             _f(r["machine_busy_cpu_s_per_GB"]) + (
                 f" (net {_f(r.get('machine_net_cpu_s_per_GB'))})"
                 if r.get("machine_net_cpu_s_per_GB") is not None else ""),
@@ -1203,7 +1207,9 @@ def _markdown(data: dict[str, Any], plot: Path | None, args: argparse.Namespace,
         f"the emulated switches and the kernel's UDP path cost with no transport around it). "
         f"CPU-s/GB = CPU seconds per GB delivered: per process from /proc/PID/stat, the "
         f"machine's busy CPU from /proc/stat (softirq, the switch ports and other load on "
-        f"the machine included). Worst cases: slowest 100 ms of delivery, longest stretch "
+        f"the machine included; busy = the time that passed less idle, iowait and steal, "
+        f"with the share no scheduler tick saw, interrupt work on idle CPUs, as "
+        f"'unticked'). Worst cases: slowest 100 ms of delivery, longest stretch "
         f"without delivery (10 ms bins; Braid delivers whole 256 KiB messages), busiest "
         f"second. A run with the machine >= 95% busy in more than 5% of its 100 ms "
         f"intervals is flagged ({SATURATED_FLAG}) and gives no verdict."]

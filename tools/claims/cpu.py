@@ -11,12 +11,23 @@ processes used: the Braid daemons (``/proc/<pid>/stat``) and the workers
 every core busy for the whole run. A run's mean hides its bursts, so a
 sampler also reads the machine every 100 ms and the run records the share
 of those intervals in which it was saturated (>= 95% busy or stolen).
+
+Busy is what was not idle. ``/proc/stat``'s busy columns (user, system,
+softirq, ...) are sampled at the scheduler tick, and a tickless idle CPU
+has no tick: the kernel's packet work run from interrupts on an idle CPU
+(the emulated fabric's forwarding, most of what a kernel stack costs here)
+lands in none of them, while the idle column, kept to the microsecond, does
+not count it either. So a live reading (``machine``) takes the time that
+passed (the monotonic clock, times the CPUs) less idle, iowait and steal as
+busy; on this machine the tick columns missed up to half of kernel TCP's
+busy time on the testbed ([decision 0043](docs/decisions/0043-busy-is-what-was-not-idle.md)).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,30 +37,55 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 @dataclass(frozen=True)
 class Jiffies:
-    """The machine's CPU counters (``/proc/stat``'s ``cpu`` line), in ticks."""
-    busy: int
-    steal: int
-    total: int
+    """The machine's CPU counters (``/proc/stat``'s ``cpu`` line), in ticks;
+    only differences between two readings mean anything."""
+    busy: float
+    steal: float
+    total: float
 
 
-def parse_stat(text: str) -> Jiffies:
+def _cpus(text: str) -> int:
+    """CPUs in a ``/proc/stat`` text (its ``cpuN`` lines: the online ones)."""
+    return sum(1 for line in text.splitlines() if line[:3] == "cpu" and line[3:4].isdigit())
+
+
+def parse_stat(text: str, wall_s: float | None = None) -> Jiffies:
     """The aggregate ``cpu`` line of ``/proc/stat``: user nice system idle
     iowait irq softirq steal [guest guest_nice] (guest time is already
-    counted in user and nice, so it is left out of the total)."""
+    counted in user and nice, so it is left out of the total).
+
+    Without ``wall_s``, busy is the sum of the busy columns and the total
+    the sum of all. With ``wall_s`` (the monotonic clock when the text was
+    read), the total is that clock times the CPUs and busy is the total less
+    idle, iowait and steal: the time no tick saw (interrupt work on a
+    tickless idle CPU) counts as busy (module docstring)."""
     for line in text.splitlines():
         f = line.split()
         if f and f[0] == "cpu":
             v = [int(x) for x in f[1:9]] + [0] * max(0, 8 - len(f[1:9]))
             user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+            cpus = _cpus(text)
+            if wall_s is not None and cpus:
+                total = wall_s * _TICK * cpus
+                return Jiffies(busy=total - idle - iowait - steal, steal=steal, total=total)
             busy = user + nice + system + irq + softirq
             return Jiffies(busy=busy, steal=steal, total=busy + idle + iowait + steal)
     raise ValueError("no aggregate 'cpu' line in /proc/stat")
 
 
+def _read_stat() -> tuple[str, float]:
+    """``/proc/stat``'s text and the monotonic clock when it was read."""
+    t0 = time.monotonic()
+    with open("/proc/stat") as f:
+        text = f.read()
+    return text, (t0 + time.monotonic()) / 2
+
+
 def machine() -> Jiffies | None:
+    """The machine's counters now, busy as what was not idle."""
     try:
-        with open("/proc/stat") as f:
-            return parse_stat(f.read())
+        text, wall = _read_stat()
+        return parse_stat(text, wall)
     except (OSError, ValueError):
         return None
 
@@ -94,10 +130,11 @@ SAMPLE_S = 0.1
 
 def busy_between(a: Jiffies, b: Jiffies, steal: bool = False) -> float | None:
     """The share of all CPUs busy from ``a`` to ``b`` (None: no tick
-    elapsed); with ``steal``, what the hypervisor took counts as busy too."""
+    elapsed); with ``steal``, what the hypervisor took counts as busy too.
+    Within [0, 1]: the clock and the counters are read a moment apart."""
     total = b.total - a.total
     used = b.busy - a.busy + (b.steal - a.steal if steal else 0)
-    return None if total <= 0 else used / total
+    return None if total <= 0 else min(1.0, max(0.0, used / total))
 
 
 class Sampler:
@@ -160,32 +197,34 @@ def run_share(before: Jiffies | None, after: Jiffies | None, wall_s: float, cpus
 STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
-def parse_stat_columns(text: str) -> dict[str, int]:
+def parse_stat_columns(text: str, wall_s: float | None = None) -> dict[str, float]:
     """Every column of the aggregate ``cpu`` line of ``/proc/stat`` (ticks),
-    by name, plus ``busy`` (as ``parse_stat``) and ``total``; a short line
-    (an old kernel) reads as zeros for the missing columns."""
+    by name, plus ``busy`` and ``total`` (as ``parse_stat``) and ``unticked``:
+    the total less every column, the time no tick saw (0 without ``wall_s``);
+    a short line (an old kernel) reads as zeros for the missing columns."""
     for line in text.splitlines():
         f = line.split()
         if f and f[0] == "cpu":
             v = [int(x) for x in f[1:9]]
             v += [0] * (8 - len(v))
-            out = dict(zip(STAT_COLUMNS, v, strict=True))
-            j = parse_stat(line)
+            out: dict[str, float] = dict(zip(STAT_COLUMNS, v, strict=True))
+            j = parse_stat(text, wall_s)
             out["busy"], out["total"] = j.busy, j.total
+            out["unticked"] = j.total - sum(v)
             return out
     raise ValueError("no aggregate 'cpu' line in /proc/stat")
 
 
-def machine_columns() -> dict[str, int] | None:
+def machine_columns() -> dict[str, float] | None:
     """``parse_stat_columns`` of this machine now (None: unreadable)."""
     try:
-        with open("/proc/stat") as f:
-            return parse_stat_columns(f.read())
+        text, wall = _read_stat()
+        return parse_stat_columns(text, wall)
     except (OSError, ValueError):
         return None
 
 
-def columns_between(a: dict[str, int], b: dict[str, int]) -> dict[str, float]:
+def columns_between(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     """From two ``parse_stat_columns`` readings: each column's growth in CPU
     seconds (all CPUs together; ``total`` is wall time x CPUs)."""
     return {k: max(0, b[k] - a[k]) / _TICK for k in b if k in a}
