@@ -244,7 +244,8 @@ class InflightTable(LossDetection):
         for psn in psns:
             p = inflight.get(psn)
             if p is None:
-                if (p := lost.get(psn)) is not None:
+                # (Most misses were acknowledged already: ``lost`` is mostly empty.)
+                if lost and (p := lost.get(psn)) is not None:
                     self._ack(p, res, was_lost=True)
                 continue
             if p.transmissions != 1:
@@ -320,7 +321,10 @@ class InflightTable(LossDetection):
         lost = self._lost
         cum_psn = unwrap(sack.cum_psn, self.cum_acked)
         ack_psn = unwrap(sack.ack_psn, cum_psn)
-        # The triggering packet first: its echo says which copy arrived.
+        # The triggering packet first: its echo says which copy arrived. It is
+        # the only packet of this SACK that can be the RTT sample (``sampled``):
+        # whatever the rest acknowledges has another PSN.
+        sampled: SentPacket | None = None
         p = inflight.get(ack_psn)
         if p is not None:
             if p.twin and sack.echo_ts == p.timestamp:
@@ -333,8 +337,10 @@ class InflightTable(LossDetection):
                         p.ev.plane == sack.plane:
                     p.twin = False
             self._ack(p, res, sack.echo_ts)
+            sampled = p
         elif (p := lost.get(ack_psn)) is not None:
             self._ack(p, res, sack.echo_ts, was_lost=True)
+            sampled = p
         if p is not None and res.late and res.late[-1] is p:
             self._late_echo(res, p, sack, now_us)
         if self._resent_acked and (q := self._resent_acked.get(ack_psn)) is not None \
@@ -375,7 +381,6 @@ class InflightTable(LossDetection):
                 bm ^= low
             self._ack_psns(psns, res)
         # RTT from the echoed timestamp of the packet that triggered the SACK.
-        sampled = next((q for q in res.newly_acked if q.psn == ack_psn), None)
         if sampled is not None and sampled.timestamp == sack.echo_ts:
             # Only a SACK that acknowledges its echoed packet first says how
             # long the receiver holds SACKs back (a repeat, a hole refresh or

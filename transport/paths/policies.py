@@ -107,12 +107,30 @@ class SprayPolicy(PathPolicy):
             self._even_changes = es.plane_changes
             for p in range(len(packets)):
                 packets[p] = turns[p] = 0
-        turns[ev.plane] += 1
-        up = [p for p in range(len(packets)) if es.plane_state(p) is PlaneState.UP]
-        if len(up) > 1 and ev.plane in up:
-            run = sum(packets[p] for p in up) / max(1, sum(turns[p] for p in up))
-            least = min(up, key=lambda p: packets[p] - run * turns[p])
-            ahead = packets[ev.plane] - packets[least] - run * (turns[ev.plane] - turns[least])
+        plane = ev.plane
+        turns[plane] += 1
+        # The planes up, and their packets and turns (one loop: this runs per run).
+        up: list[int] = []
+        all_packets = all_turns = 0
+        mine_up = False
+        state = es.plane_state
+        for p in range(len(packets)):
+            if state(p) is PlaneState.UP:
+                up.append(p)
+                all_packets += packets[p]
+                all_turns += turns[p]
+                if p == plane:
+                    mine_up = True
+        if mine_up and len(up) > 1:
+            run = all_packets / max(1, all_turns)
+            # The plane furthest behind for its turns (the first such: as min()).
+            least = up[0]
+            low = packets[least] - run * turns[least]
+            for p in up[1:]:
+                v = packets[p] - run * turns[p]
+                if v < low:
+                    least, low = p, v
+            ahead = packets[plane] - packets[least] - run * (turns[plane] - turns[least])
             if ahead >= AHEAD:
                 alt = self.rotation.next_good_on(least, turn=False)
                 if alt is not None:
