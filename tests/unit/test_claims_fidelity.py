@@ -58,6 +58,21 @@ def test_saturated_hosts_make_a_run_unfaithful() -> None:
     assert f["reasons"] == ["hosts saturated in 30% of 100 ms intervals (limit 5%)"]
 
 
+def test_an_unfaithful_run_says_who_used_the_machine() -> None:
+    a = claims_cpu.Jiffies(busy=0, steal=0, total=0)
+    b = claims_cpu.Jiffies(busy=190, steal=0, total=200)
+    cpu = claims_cpu.run_share(a, b, 10.0, 2, daemons_s=14.2, workers_s=1.8,
+                               samples=[0.99] * 50 + [0.5] * 50)
+    f = fd.judge(cpu, None)
+    assert f["cpu"] == {"busy": 0.95, "steal": 0.0, "daemons": 0.71, "workers": 0.09}
+    assert fd.line(f).endswith("(machine 95% busy: daemons 71%, workers 9%)")
+    # --rate auto keeps each probe's record.
+    r = fd.search_rate(lambda rate: f, (12,))
+    assert r["probes"][0]["cpu"] == f["cpu"]
+    text = fr.rate_auto_text({"rate_auto": {**r, "ladder": [12], "probe": "3 s"}})
+    assert text is not None and "the daemons 71% of the machine" in text
+
+
 def test_late_departures_make_a_run_unfaithful_and_name_the_link() -> None:
     # 5% of frames left 300 us (2.5 ideal frame times at 100 Mbit/s) behind
     # the ideal link: a shaper timer that fired late.

@@ -118,6 +118,10 @@ def judge(cpu: Mapping[str, Any] | None, gaps: Mapping[str, Any] | None,
         "max_gap_ratio": max((float(g["max"]) for g in judged.values()), default=None),
         "busy_links": len(judged),
         "busy_gaps": sum(int(g.get("gaps", 0)) for g in (gaps or {}).values())}
+    if cpu:
+        # Who used the machine (shares of all CPUs): what a saturated run
+        # should be read with.
+        out["cpu"] = {k: cpu.get(k) for k in ("busy", "steal", "daemons", "workers")}
     if queue_wait:
         host, w = max(queue_wait.items(), key=lambda kv: float(kv[1].get("mean_us", 0)))
         out["queue_wait_worst"] = {"host": host, "mean_ms": round(float(w["mean_us"]) / 1e3, 3),
@@ -167,7 +171,17 @@ def line(fid: Mapping[str, Any] | None) -> str:
         None if p99 is None else f"busy-link p99 departure gap {p99:.2f}x ideal") if x)
     if fid["faithful"]:
         return f"fidelity: faithful ({figs})"
-    return f"fidelity: NOT faithful: {'; '.join(fid['reasons'])}"
+    return f"fidelity: NOT faithful: {'; '.join(fid['reasons'])}{_who(fid.get('cpu'))}"
+
+
+def _who(cpu: Mapping[str, Any] | None) -> str:
+    """`` (machine 97% busy: daemons 71%, workers 9%)``: the CPU record's
+    shares, for a run that was not faithful; empty if unknown."""
+    if not cpu or cpu.get("busy") is None:
+        return ""
+    own = ", ".join(f"{k} {float(cpu[k]) * 100:.0f}%" for k in ("daemons", "workers")
+                    if cpu.get(k) is not None)
+    return f" (machine {float(cpu['busy']) * 100:.0f}% busy" + (f": {own})" if own else ")")
 
 
 class Monitor:
@@ -244,7 +258,7 @@ def search_rate(probe: Probe, ladder: Iterable[int] = (100, 50, 25, 12),
         probes.append({"rate_mbit": rate, "faithful": fid.get("faithful"),
                        "reasons": list(fid.get("reasons") or []),
                        "cpu_saturated_share": fid.get("cpu_saturated_share"),
-                       "p99_gap_ratio": fid.get("p99_gap_ratio")})
+                       "p99_gap_ratio": fid.get("p99_gap_ratio"), "cpu": fid.get("cpu")})
         if say:
             say(f"rate auto: {rate} Mbit/s per plane: {line(fid)}")
         if fid.get("faithful") is not False:  # faithful, or nothing to judge it by

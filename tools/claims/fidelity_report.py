@@ -182,6 +182,12 @@ def summary_plot(data: Mapping[str, Any], plots_dir: Path, stem: str) -> Path | 
     return path
 
 
+def _daemons(cpu: Mapping[str, Any] | None) -> str:
+    """``, the daemons 71% of the machine``, when the probe's CPU record has it."""
+    share = None if not cpu else cpu.get("daemons")
+    return "" if share is None else f", the daemons {float(share) * 100:.0f}% of the machine"
+
+
 def rate_auto_text(data: Mapping[str, Any]) -> str | None:
     """The --rate auto search in one paragraph, or None for a fixed rate."""
     ra = data.get("rate_auto")
@@ -190,7 +196,7 @@ def rate_auto_text(data: Mapping[str, Any]) -> str | None:
     probes = "; ".join(
         f"{p['rate_mbit']} Mbit/s: " + ({True: "faithful", False: "not faithful",
                                          None: "not measured"}[p["faithful"]])
-        + (f" ({p['reasons'][0]})" if p.get("reasons") else "")
+        + (f" ({p['reasons'][0]}{_daemons(p.get('cpu'))})" if p.get("reasons") else "")
         for p in ra["probes"])
     return (f"**--rate auto** chose {ra['rate_mbit']} Mbit/s per plane: a {ra['probe']} "
             f"probe run of Braid at each rate of {', '.join(str(r) for r in ra['ladder'])} "
