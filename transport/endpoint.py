@@ -184,7 +184,7 @@ class Endpoint:
             self._answer_unknown(h, rx, now, peer)
             return None
         conn.receive_datagram(data, rx, now, h)
-        self._collect(conn)
+        self._collect(conn, received=True)
         return conn
 
     def receive_datagrams(self, datagrams: Iterable[bytes | memoryview], rx: RxInfo,
@@ -203,7 +203,7 @@ class Endpoint:
             if conn is not None:
                 conn.receive_data_batch(batch if i == 0 and end == n else batch[i:end], rx, now)
                 # Events stay in arrival order: collect before anything else runs.
-                self._collect(conn)
+                self._collect(conn, received=True)
             else:
                 for data in batch[i:end]:
                     self.receive_datagram(bytes(data), rx, now, peer)
@@ -251,7 +251,7 @@ class Endpoint:
             for old in list(self._init_nonce)[: _NONCE_MEMORY // 2]:
                 del self._init_nonce[old]
         self.accepted += 1
-        self._collect(conn)
+        self._collect(conn, received=True)
         return conn
 
     def _answer_unknown(self, h: CommonHeader, rx: RxInfo, now: float, peer: PeerKey) -> None:
@@ -282,7 +282,7 @@ class Endpoint:
         assert isinstance(body, UnknownConn)
         for conn in self.connections.values():
             if conn.remote_cid == body.cid and conn.on_unknown_conn(body.echo_counter, now):
-                self._collect(conn)
+                self._collect(conn, received=True)
                 return conn
         self._drop("unknown_conn_unmatched")
         return None
@@ -331,10 +331,15 @@ class Endpoint:
             self._collect(conn)
         return out
 
-    def _collect(self, conn: Connection) -> None:
+    def _collect(self, conn: Connection, received: bool = False) -> None:
+        """``conn``'s events, in order; after input (``received``), whether
+        DATA now waits for its SACK (``flush_acks``). Only input holds a
+        SACK back, and ``flush_acks`` keeps what it leaves held: the output
+        and timer passes need not ask every connection (an idle one costs a
+        pass what it must)."""
         while (ev := conn.next_event()) is not None:
             self._events.append((conn, ev))
-        if conn.ack_pending():
+        if received and conn.ack_pending():
             self._ack_pending[conn.local_cid] = conn
 
     def flush_acks(self, now: float) -> None:
