@@ -83,6 +83,7 @@ class Nscc(NsccDeviations):
         mtu: int = 1500,
         base_rtt: float = 1e-3,
         line_rate: float = 125e6,
+        pace_share: float = 1.0,
         paths: PlaneRtt | None = None,
         **tuning: Any,
     ) -> None:
@@ -91,6 +92,8 @@ class Nscc(NsccDeviations):
             p = replace(p, **tuning)
         if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
             raise ValueError("mtu, base_rtt and line_rate must be positive")
+        if not 0 < pace_share <= 1:
+            raise ValueError("pace_share must be in (0, 1]")
         self.params = p
         # The switches, read on every ACK: plain attributes.
         self.loss_as_mark = p.loss_as_mark
@@ -117,6 +120,7 @@ class Nscc(NsccDeviations):
 
         self.mtu = mtu
         self.line_rate = line_rate
+        self.pace_share = pace_share
         self.max_bdp_factor = p.max_bdp_factor
         self.host_hold = p.host_hold
         self.min_window = float(mtu)
@@ -249,8 +253,9 @@ class Nscc(NsccDeviations):
 
     def _pacing_rate(self) -> float:
         srtt = self.base_rtt if self._srtt is None else self._srtt
-        # Pacing faster than our own NIC only moves the queue into the NIC.
-        return min(self._cwnd / srtt * self.pacing_gain, self.line_rate)
+        # Pacing faster than our own NIC only moves the queue into the NIC
+        # (pace_share: the line rate less the frame's overhead and a headroom).
+        return min(self._cwnd / srtt * self.pacing_gain, self.line_rate * self.pace_share)
 
     def _update_pacer(self) -> None:
         self._pacer.rate = self._pacing_rate()

@@ -16,8 +16,9 @@ DEFAULT = "nscc"
 
 _REGISTRY: dict[str, Factory] = {}
 #: Controllers whose factory takes the connection's link: ``mtu`` (the DATA
-#: payload), ``base_rtt`` (the first RTT guess) and ``line_rate`` (bytes/s
-#: over all planes).
+#: payload), ``base_rtt`` (the first RTT guess), ``line_rate`` (bytes/s
+#: over all planes) and ``pace_share`` (the share of the line rate its pacer
+#: may send payload at: the frame's overhead and a headroom taken off).
 _TAKES_LINK: set[str] = set()
 #: Controllers whose factory takes the connection's path model (``paths``,
 #: a ``congestion.base.PlaneRtt``): they read its per-plane base RTTs.
@@ -53,14 +54,15 @@ def get(name: str = DEFAULT, **params: Any) -> CongestionController:
 
 
 def for_connection(name: str, *, mtu: int, base_rtt: float, line_rate: float,
-                   params: Mapping[str, Any],
+                   params: Mapping[str, Any], pace_share: float = 1.0,
                    paths: PlaneRtt | None = None) -> CongestionController:
     """The controller a connection runs: its link and its path model
     (``paths``, the owner of the per-plane base RTTs), if the controller
     takes them, under the configured ``params`` (which win)."""
     link: dict[str, Any] = {}
     if name in _TAKES_LINK:
-        link = {"mtu": mtu, "base_rtt": base_rtt, "line_rate": line_rate}
+        link = {"mtu": mtu, "base_rtt": base_rtt, "line_rate": line_rate,
+                "pace_share": pace_share}
     if paths is not None and name in _TAKES_PATHS:
         link["paths"] = paths
     return get(name, **{**link, **params})

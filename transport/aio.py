@@ -96,8 +96,11 @@ class EndpointIO(DatagramSender):
         if len(planes) != endpoint.config.planes:
             raise ValueError(f"{len(planes)} plane addresses for {endpoint.config.planes} planes")
         self.endpoint = endpoint
-        # A new-data run comes sealed whole: one GSO send (DatagramSender._send).
+        # A new-data run comes sealed whole: one GSO send (DatagramSender._send);
+        # and paced, it waits for a whole run's tokens (a wakeup and a send
+        # cost more than the packet-exact spacing they would buy).
         endpoint.sealed_runs = batch
+        endpoint.paced_runs = batch
         self.plane_addrs = list(planes)
         self.peers = peers
         self.on_event = on_event

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ConnectionConfig:
     """How a connection behaves. Times are seconds, sizes bytes.
 
@@ -76,6 +76,19 @@ class ConnectionConfig:
     #: length is queue in time, not in packets. 1 ms keeps 8 packets at
     #: 100 Mbit/s and makes a run one packet at 12 (decision 0037).
     spray_run_time: float = 1e-3
+    #: Bytes a DATA packet adds on the wire beyond its payload: its header
+    #: and tags (84), UDP (8), IP (40 for IPv6, as ``payload_size`` is sized)
+    #: and Ethernet (14). ``plane_rate`` is counted on the wire and the pacer
+    #: counts payload, so its cap is ``pace_share`` of the line rate. 0: the
+    #: pacer may send payload at the full line rate (the simulated fabric's
+    #: scenarios a-k are calibrated that way).
+    frame_overhead: int = 0
+    #: The share of the wire's line rate the pacer may use (``pace_share``).
+    #: Under 1 a sender never offers its first hop more than it carries, so
+    #: no queue stands there: on the testbed a shaped port with a standing
+    #: queue releases one packet per timer, each forwarded in a softirq of
+    #: its own (decision 0045). The window's cap (maxwnd) is unchanged.
+    pace_headroom: float = 1.0
     #: The endpoint's connections that have data to send share one maxwnd
     #: (NSCC deviation 8, ``transport/host_share.py``): False gives each its own.
     host_share: bool = True
@@ -88,11 +101,22 @@ class ConnectionConfig:
             k = min(k, max(1, int(self.plane_rate * self.spray_run_time // self.payload_size)))
         return k
 
+    def pace_share(self) -> float:
+        """The share of the line rate (``plane_rate`` x planes) the controller
+        may pace payload at: payload / (payload + ``frame_overhead``) x
+        ``pace_headroom``."""
+        return self.payload_size / (self.payload_size + self.frame_overhead) \
+            * self.pace_headroom
+
     def __post_init__(self) -> None:
         if not 1 <= self.planes <= 255:
             raise ValueError("planes must be 1..255")
         if self.evs_per_plane < 1:
             raise ValueError("evs_per_plane must be ≥ 1")
+        if not 0 <= self.frame_overhead <= 65000:
+            raise ValueError("frame_overhead must be 0..65000 bytes")
+        if not 0 < self.pace_headroom <= 1:
+            raise ValueError("pace_headroom must be in (0, 1]")
         if not 64 <= self.payload_size <= 65000:
             raise ValueError("payload_size must be 64..65000")
         if not 1 <= self.spray_run <= 64:
@@ -161,6 +185,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "handshake_timeout": 2.0,
         "congestion_params": {"burst_packets": 64, "target_delay": 2e-3},
         "spray_run": 8,
+        "frame_overhead": 146,
+        "pace_headroom": 0.97,
     },
 }
 

@@ -99,8 +99,8 @@ class ConnCore:
         )
         self.cc = cc_registry.for_connection(
             c.congestion, mtu=c.payload_size, base_rtt=c.initial_rtt,
-            line_rate=c.plane_rate * c.planes, params=c.congestion_params,
-            paths=self.path_model)
+            line_rate=c.plane_rate * c.planes, pace_share=c.pace_share(),
+            params=c.congestion_params, paths=self.path_model)
         #: The loss classifier's per-connection delay history, fed by a
         #: controller that measures queueing delay (None: it does not).
         self.loss_history: LossHistory | None = None
@@ -144,6 +144,10 @@ class ConnCore:
         #: Hand out a new-data run as one ``SealedRun`` (True: the I/O layer
         #: sends it in one UDP GSO call) or as its datagrams (False).
         self.sealed_runs = False
+        #: Paced new data waits for a whole spray run's tokens (or for what is
+        #: queued, if less) and leaves as one run (``_output``); False: a
+        #: packet as soon as its tokens are there.
+        self.paced_runs = False
         self._hs_packet: bytes | None = None
         self._hs_deadline: float | None = None
         self._hs_tries = 0

@@ -63,7 +63,18 @@ class ConnScheduler(ConnDispatch):
         # (one send_quota, one on_sent_run), new data is taken a spray run
         # at a time (one EV pick, one in-flight and one EV update per run),
         # and a run's TxPath is one object.
-        window, tokens, need, rate = cc.send_quota(now=now, size=size)
+        # ``paced_runs`` (the I/O layer sends a run in one GSO call): paced
+        # new data leaves a spray run per plane up at a time (``next_run``
+        # splits what may leave over the planes). It waits for their tokens
+        # (or for what is queued, if less), not for the packet or two the
+        # tokens hold whenever the host wakes (decision 0045).
+        # Retransmissions go a packet at a time, as soon as one fits.
+        run_bytes = size
+        if self.paced_runs and self.paths.spray_run > 1 and not s.retx_queue:
+            run_bytes = max(size, s.new_bytes_upto(self.paths.spray_run * self._planes_up * size))
+        window, tokens, release, rate = cc.send_quota(now=now, size=run_bytes)
+        need = min(float(size), release)  # one packet's (the pacer's burst bounds both)
+        run_need = release  # what is left of the release under way
         sizes: list[int] = []
         health = self.health
         take, seal_data, append = s.take, sealer.seal_data, out.append
@@ -146,6 +157,8 @@ class ConnScheduler(ConnDispatch):
                         tokens -= n
                         budget -= 1
                 continue
+            if tokens < run_need and now + (run_need - tokens) / rate > now:
+                break
             # New data: a run of up to k packets on the EV the policy picks once.
             first, more = take(1)
             if not first:
@@ -157,7 +170,10 @@ class ConnScheduler(ConnDispatch):
             else:
                 room = min(room, max(1, int(window // size)))
             if tokens < math.inf:
-                room = min(room, max(1, 1 + int((tokens - need) // size)))
+                fit = 1 + int((tokens - need) // size)
+                if run_need > need:  # the release's gate passed (to rounding): all of it
+                    fit = max(fit, int(-(-run_need // size)))
+                room = min(room, max(1, fit))
             ev, k = health.pick_run(now, room)
             if ev is None:
                 s.put_back(first[0])
@@ -177,6 +193,9 @@ class ConnScheduler(ConnDispatch):
                            ts, out)
             sizes += lengths
             tokens -= nbytes
+            run_need -= nbytes
+            if run_need < need:
+                run_need = release  # this release is out: the next waits for its own
             budget -= sent
             if sent < k:
                 health.unsend_run(ev, k - sent)

@@ -13,7 +13,8 @@ Output is ``datagrams_to_send(now) -> [(peer, bytes, TxPath)]``: the I/O
 layer maps (peer, plane) to an address and the EV to a source port / flow
 label. An I/O layer that sends a run in one UDP GSO call sets
 ``sealed_runs`` and takes ``runs_to_send(now)``, where a new-data run is one
-``SealedRun`` (its datagrams back to back) in place of its datagrams.
+``SealedRun`` (its datagrams back to back) in place of its datagrams; with
+``paced_runs`` it also has the pacer release new data a run at a time.
 """
 
 from __future__ import annotations
@@ -119,6 +120,10 @@ class Endpoint:
         #: set by an I/O layer that sends a run in one UDP GSO call. Off, every
         #: item of ``datagrams_to_send`` is one datagram.
         self.sealed_runs = False
+        #: Paced new data leaves a spray run at a time (``Connection.paced_runs``):
+        #: set by an I/O layer for which a wakeup and a send cost more than
+        #: packet-exact spacing buys. Off (the simulator), packet by packet.
+        self.paced_runs = False
 
     # -- bookkeeping -------------------------------------------------------------
 
@@ -159,6 +164,7 @@ class Endpoint:
                                    local_cid=cid, now=now)
         conn.host_share = self.host_share
         conn.sealed_runs = self.sealed_runs
+        conn.paced_runs = self.paced_runs
         self.connections[cid] = conn
         self._peer[cid] = peer
         self.initiated += 1
@@ -244,6 +250,7 @@ class Endpoint:
                                  secret=self.secret, local_cid=lcid, init=init, now=now)
         conn.host_share = self.host_share
         conn.sealed_runs = self.sealed_runs
+        conn.paced_runs = self.paced_runs
         self.connections[lcid] = conn
         self._peer[lcid] = peer
         self._init_nonce[init.nonce] = lcid

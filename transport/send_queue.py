@@ -111,6 +111,15 @@ class SendQueue:
     def has_new_data(self) -> bool:
         return bool(self._outbound)
 
+    def new_bytes_upto(self, limit: int) -> int:
+        """New bytes queued (not yet sent once), counted up to ``limit``."""
+        n = 0
+        for ob in self._outbound:
+            n += ob.total - ob.next_offset
+            if n >= limit:
+                return limit
+        return n
+
     @property
     def has_pending(self) -> bool:
         """Anything not yet acknowledged (queued, lost or in flight)?"""

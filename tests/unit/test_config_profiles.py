@@ -11,6 +11,7 @@ from testbed.sim import scenarios_cc as cc
 from testbed.sim.scenarios import default_config, make_fabric
 from transport.config import PROFILES, ConnectionConfig, profile, profile_values
 from transport.daemon import ConfigError, parse_config
+from transport.endpoint import Endpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,6 +27,21 @@ def test_profiles_are_configs_with_their_values() -> None:
         profile("no-such-profile")
     with pytest.raises(TypeError):
         profile("host", no_such_field=1)
+
+
+def test_the_host_paces_under_its_wire_line_rate() -> None:
+    # plane_rate counts the wire: a 1368-byte payload is a 1514-byte frame
+    # (IPv6), and the host paces at 97% of that.
+    host = profile("host")
+    assert (host.frame_overhead, host.pace_headroom) == (146, 0.97)
+    assert host.pace_share() == pytest.approx(1368 / 1514 * 0.97)
+    assert profile("fabric").pace_share() == 1.0  # the simulated fabric's calibration
+    conn_cc = Endpoint(config=profile("host", plane_rate=12.5e6, planes=2),
+                       secret=b"s" * 32).connect("b", 0.0).cc
+    assert conn_cc.pace_share == pytest.approx(host.pace_share())  # type: ignore[attr-defined]
+    for bad in ({"frame_overhead": -1}, {"pace_headroom": 0.0}, {"pace_headroom": 1.5}):
+        with pytest.raises(ValueError):
+            profile("host", **bad)
 
 
 def test_profile_values_are_copies() -> None:

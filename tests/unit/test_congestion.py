@@ -114,6 +114,22 @@ def test_maxwnd_follows_the_planes_that_are_up() -> None:
     assert c.line_rate == RATE
 
 
+def test_the_pacer_stays_under_its_share_of_the_line_rate() -> None:
+    # pace_share: the line rate less the frame's overhead and a headroom.
+    # The window's cap is the full line rate's; only the pacer is held back,
+    # and it follows the planes that are up.
+    full = make(initial_window=10**9)
+    c = make(initial_window=10**9, pace_share=0.8)
+    assert c.max_window == pytest.approx(full.max_window)
+    assert full._pacing_rate() == pytest.approx(RATE)
+    assert c._pacing_rate() == pytest.approx(0.8 * RATE)
+    c.set_line_rate(RATE / 2)
+    assert c._pacing_rate() == pytest.approx(0.4 * RATE)
+    for bad in (0.0, -0.1, 1.01):
+        with pytest.raises(ValueError, match="pace_share"):
+            make(pace_share=bad)
+
+
 def test_the_hosts_polling_hold_is_not_a_queue() -> None:
     # host_hold: what the hosts' receive moderation adds to a round trip.
     # maxwnd covers it, and a sample carrying it reads as one without it.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from dataclasses import replace
 
 from test_aio import CFG, SECRET, free_port, run
 
@@ -45,7 +46,7 @@ def test_spoofed_sources_leave_no_state_and_a_real_peer_is_learned_then_forgotte
     route for replies, forgotten once its connection is gone."""
     ports = [free_port()]
     pa, pb = [PlaneAddr("127.0.0.2", ports[0])], [PlaneAddr("127.0.0.3", ports[0])]
-    cfg = CFG.__class__(**{**CFG.__dict__, "planes": 1})
+    cfg = replace(CFG, planes=1)
     ta, tb = PeerTable(1, ports), PeerTable(1, ports)
     tb.add("a", pa)  # b knows a; a does not know b
     acked = asyncio.Event()

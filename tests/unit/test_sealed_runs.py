@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections import deque
+from typing import Any
 
 import pytest
 from sender_kit import new_sender
@@ -24,16 +25,20 @@ SECRET = b"sealed-runs-test-secret-32-bytes"
 _DATA = int(PacketType.DATA)
 
 
-def _transfer(sealed: bool, sizes: list[int], rate: float = 12.5e6
+def _transfer(sealed: bool, sizes: list[int], rate: float = 12.5e6, *, paced: bool = False,
+              sends: list[int] | None = None, **overrides: Any
               ) -> tuple[list[bytes], list[bytes], int]:
     """Messages of ``sizes`` from a to b over 2 planes at ``rate`` bytes/s
     each (in memory, virtual time, a pass every 200 us): the DATA headers a
     sent, in order, the messages b delivered, and how many SealedRuns a
-    handed out (each counted with its datagrams)."""
-    cfg = profile("host", plane_rate=rate, planes=2)
+    handed out (each counted with its datagrams). ``paced``: both ends pace
+    in runs (``paced_runs``); ``sends`` gets the DATA packets of each of a's
+    sends (a SealedRun is one send); ``overrides``: of the host profile."""
+    cfg = profile("host", plane_rate=rate, planes=2, **overrides)
     a = Endpoint(config=cfg, secret=SECRET, accept=False, rng=random.Random(1))
     b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(2))
     a.sealed_runs = b.sealed_runs = sealed
+    a.paced_runs = b.paced_runs = paced
     links: dict[str, list[deque[tuple[float, bytes]]]] = {
         "a": [deque(), deque()], "b": [deque(), deque()]}  # what reaches a / b, per plane
     free = {"a": [0.0, 0.0], "b": [0.0, 0.0]}
@@ -60,6 +65,9 @@ def _transfer(sealed: bool, sizes: list[int], rate: float = 12.5e6
             out = ep.runs_to_send(now)
             flat = unrun([(d, p) for _peer, d, p in out])
             runs += sum(1 for _peer, d, _p in out if isinstance(d, SealedRun))
+            if sends is not None and ep is a:
+                sends += [d.count if isinstance(d, SealedRun) else 1 for _peer, d, _p in out
+                          if isinstance(d, SealedRun) or peek_untrusted(d).ptype == _DATA]
             dest = "b" if name == "a" else "a"
             for data, path in flat:
                 start = max(now, free[dest][path.plane])
@@ -188,3 +196,73 @@ def test_a_spray_run_is_at_most_a_millisecond_of_its_planes_rate() -> None:
     assert conn.paths.spray_run == 1
     a.set_spray_run(8)
     assert conn.paths.spray_run == 1
+
+
+def test_paced_new_data_leaves_a_whole_run_at_a_time() -> None:
+    """``paced_runs``: a pacer-bound sender waits for the tokens of a whole
+    run per plane and sends each as one SealedRun (one GSO send), where the
+    packet-at-a-time pacer sent whatever one or two packets its tokens held
+    at each pass. Both deliver everything."""
+    # Paced at half the line rate: the pacer, not the window, binds.
+    slow = {"pace_headroom": 0.5}
+    size = 3_000_000
+    exact: list[int] = []
+    whole: list[int] = []
+    _h, got, _r = _transfer(True, [size], sends=exact, **slow)
+    _h2, got2, _r2 = _transfer(True, [size], paced=True, sends=whole, **slow)
+    assert got == got2 == [bytes([0]) * size]
+    k = profile("host", plane_rate=12.5e6, planes=2).run_packets()
+    assert k == 8
+    # Runs cut short only by the message's end, a resend or the window.
+    assert sum(n for n in whole if n == k) >= 0.9 * sum(whole)
+    assert len(whole) < 0.5 * len(exact)
+    assert sum(n for n in exact if n == k) < 0.5 * sum(exact)
+
+
+def test_a_paced_run_is_due_when_its_tokens_are() -> None:
+    """``next_timer`` of a connection waiting for its runs' tokens is the
+    instant ``runs_to_send`` releases them: earlier nothing leaves, then a
+    whole run on each plane does (a timer that fired without effect would
+    spin)."""
+    # A fixed window far above what the pacer lets out: the pacer alone binds.
+    cfg = profile("host", plane_rate=12.5e6, planes=2, congestion="fixed",
+                  congestion_params={"window": 4 << 20, "pacing_rate": 100e6,
+                                     "burst_packets": 64})
+    a = Endpoint(config=cfg, secret=SECRET, accept=False, rng=random.Random(3))
+    b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(4))
+    a.sealed_runs = a.paced_runs = True
+    conn = a.connect("b", 0.0)
+    init = a.runs_to_send(0.0)
+    b.receive_datagrams([d for _p, d, _t in init], RxInfo(0), 0.001, "a")  # type: ignore[misc]
+    b.flush_acks(0.001)
+    a.receive_datagrams([d for _p, d, _t in b.datagrams_to_send(0.001)], RxInfo(0), 0.002, "b")
+    assert conn.is_established
+    conn.send_message(b"\x05" * 400_000)
+    now = 0.003
+    first = a.runs_to_send(now)  # the pacer's burst
+    assert first
+    k = cfg.run_packets()
+    release_at: list[float] = []
+    for _ in range(5):  # before any probe or loss timer of the silent peer
+        t = a.next_timer()
+        assert t is not None and t > now
+        before = t - 20e-6
+        if before > now:
+            a.handle_timer(before)
+            assert not a.runs_to_send(before)
+        out: list[Any] = []
+        for _tries in range(2):  # a token count a rounding short re-arms one ulp later
+            now = t
+            a.handle_timer(now)
+            out = a.runs_to_send(now)
+            t2 = a.next_timer()
+            if out or t2 is None or t2 - now > 1e-12:
+                break
+            t = t2
+        assert [d.count for _p, d, _t in out if isinstance(d, SealedRun)] == [k, k]
+        assert {p.plane for _p, _d, p in out} == {0, 1}  # a run per plane
+        release_at.append(now)
+    # One release per 2 runs' worth of tokens at the pacing rate.
+    gaps = [y - x for x, y in itertools.pairwise(release_at)]
+    assert all(abs(g - 2 * k * cfg.payload_size / 100e6) < 1e-9 for g in gaps), gaps
+    assert now < 0.005

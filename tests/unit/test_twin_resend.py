@@ -129,9 +129,10 @@ def test_twin_copies_leave_on_two_evs_and_shorten_the_worst_message_wait() -> No
     assert twins > 0, "no packet was resent as two copies"
     st = a.conn.stats()
     assert st["twin_resends"] == twins and float(st["rttvar"]) > 0  # type: ignore[arg-type]
-    # Every resent packet is in the recovery histogram; the slowest took rounds.
+    # Every resent packet is in the recovery histogram (~900: the host paces
+    # under its share of the line rate); the slowest took rounds.
     snd = a.conn.sender
-    assert sum(snd.recovered) > 1000 and snd.slowest_recovery_sends >= 3
+    assert sum(snd.recovered) > 800 and snd.slowest_recovery_sends >= 3
     assert st["slowest_recovery"] == snd.slowest_recovery > 5e-3
     assert st["recovered_ge_50ms"] == snd.recovered[-1]
     # Resends that left in pairs at one instant, on two EVs.
