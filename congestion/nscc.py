@@ -90,10 +90,8 @@ class Nscc(NsccDeviations):
         p = NsccParams.braid() if params is None else params
         if tuning:
             p = replace(p, **tuning)
-        if mtu <= 0 or base_rtt <= 0 or line_rate <= 0:
-            raise ValueError("mtu, base_rtt and line_rate must be positive")
-        if not 0 < pace_share <= 1:
-            raise ValueError("pace_share must be in (0, 1]")
+        if mtu <= 0 or base_rtt <= 0 or line_rate <= 0 or not 0 < pace_share <= 1:
+            raise ValueError("mtu, base_rtt and line_rate must be positive, pace_share in (0, 1]")
         self.params = p
         # The switches, read on every ACK: plain attributes.
         self.loss_as_mark = p.loss_as_mark
@@ -254,7 +252,7 @@ class Nscc(NsccDeviations):
     def _pacing_rate(self) -> float:
         srtt = self.base_rtt if self._srtt is None else self._srtt
         # Pacing faster than our own NIC only moves the queue into the NIC
-        # (pace_share: the line rate less the frame's overhead and a headroom).
+        # (pace_share: less the frame's overhead and a headroom, decision 0045).
         return min(self._cwnd / srtt * self.pacing_gain, self.line_rate * self.pace_share)
 
     def _update_pacer(self) -> None:
