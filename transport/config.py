@@ -80,14 +80,15 @@ class ConnectionConfig:
     #: and tags (84), UDP (8), IP (40 for IPv6, as ``payload_size`` is sized)
     #: and Ethernet (14). ``plane_rate`` is counted on the wire and the pacer
     #: counts payload, so its cap is ``pace_share`` of the line rate. 0: the
-    #: pacer may send payload at the full line rate (the simulated fabric's
-    #: scenarios a-k are calibrated that way).
+    #: pacer may send payload at the full line rate, ~109% of the wire's rate
+    #: (the simulated fabric's scenarios a-k are calibrated that way).
     frame_overhead: int = 0
     #: The share of the wire's line rate the pacer may use (``pace_share``).
-    #: Under 1 a sender never offers its first hop more than it carries, so
-    #: no queue stands there: on the testbed a shaped port with a standing
-    #: queue releases one packet per timer, each forwarded in a softirq of
-    #: its own (decision 0045). The window's cap (maxwnd) is unchanged.
+    #: Under 1 the first hop's queue drains between a host's wakeups (on the
+    #: testbed a shaped port's standing queue costs a softirq per packet) but
+    #: the link's 10 ms windows then carry the host's jitter, with no queue to
+    #: cover it: the host profile leaves 1% (decision 0045). The window's cap
+    #: (maxwnd) is unchanged.
     pace_headroom: float = 1.0
     #: The endpoint's connections that have data to send share one maxwnd
     #: (NSCC deviation 8, ``transport/host_share.py``): False gives each its own.
@@ -168,6 +169,10 @@ class ConnectionConfig:
 #:   10 Gbit/s is only the default.
 #: - ``evs_per_plane`` 32, ``idle_fail_timeout`` 5 s, ``handshake_timeout`` 2 s:
 #:   a busy host may stall for a second without the connection failing.
+#: - ``frame_overhead`` 146, ``pace_headroom`` 0.99: ``plane_rate`` is the
+#:   wire's rate and the pacer counts payload; without them the host paced
+#:   ~109% of the wire and kept a standing queue at its first hop (decision
+#:   0045).
 #: - ``spray_run`` 8: runs of 8 packets per EV, one UDP GSO send each
 #:   (docs/benchmarks.md, "CPU per gigabyte": what it costs in load balance,
 #:   scenarios a-j).
@@ -186,7 +191,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "congestion_params": {"burst_packets": 64, "target_delay": 2e-3},
         "spray_run": 8,
         "frame_overhead": 146,
-        "pace_headroom": 0.97,
+        "pace_headroom": 0.99,
     },
 }
 

@@ -31,10 +31,11 @@ def test_profiles_are_configs_with_their_values() -> None:
 
 def test_the_host_paces_under_its_wire_line_rate() -> None:
     # plane_rate counts the wire: a 1368-byte payload is a 1514-byte frame
-    # (IPv6), and the host paces at 97% of that.
+    # (IPv6), and the host paces at 99% of that.
     host = profile("host")
-    assert (host.frame_overhead, host.pace_headroom) == (146, 0.97)
-    assert host.pace_share() == pytest.approx(1368 / 1514 * 0.97)
+    assert (host.frame_overhead, host.pace_headroom) == (146, 0.99)
+    assert host.pace_share() == pytest.approx(1368 / 1514 * 0.99)
+    assert profile("host", pace_headroom=1.0).pace_share() == pytest.approx(1368 / 1514)
     assert profile("fabric").pace_share() == 1.0  # the simulated fabric's calibration
     conn_cc = Endpoint(config=profile("host", plane_rate=12.5e6, planes=2),
                        secret=b"s" * 32).connect("b", 0.0).cc
