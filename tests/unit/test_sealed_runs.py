@@ -101,18 +101,25 @@ def test_sealed_runs_carry_the_same_datagrams_and_decisions() -> None:
     assert run_h == plain_h
 
 
-def test_a_sealed_run_is_gso_shaped() -> None:
-    """One path, consecutive PSNs and offsets, equal sizes but the last."""
-    cfg = profile("host", plane_rate=12.5e6, planes=2)
+def _established(cfg: Any, *, paced: bool = False) -> tuple[Endpoint, Any]:
+    """Endpoint a (sealed runs; ``paced``: paced runs too) with a connection
+    to b established in memory by 0.002 s: (a, the connection)."""
     a = Endpoint(config=cfg, secret=SECRET, accept=False, rng=random.Random(3))
     b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(4))
     a.sealed_runs = True
+    a.paced_runs = paced
     conn = a.connect("b", 0.0)
     init = a.runs_to_send(0.0)
     b.receive_datagrams([d for _p, d, _t in init], RxInfo(0), 0.001, "a")  # type: ignore[misc]
     b.flush_acks(0.001)
     a.receive_datagrams([d for _p, d, _t in b.datagrams_to_send(0.001)], RxInfo(0), 0.002, "b")
     assert conn.is_established
+    return a, conn
+
+
+def test_a_sealed_run_is_gso_shaped() -> None:
+    """One path, consecutive PSNs and offsets, equal sizes but the last."""
+    a, conn = _established(profile("host", plane_rate=12.5e6, planes=2))
     conn.send_message(b"\x07" * 100_000)
     out = a.runs_to_send(0.003)
     seen = [d for _p, d, _t in out if isinstance(d, SealedRun)]
@@ -228,15 +235,7 @@ def test_a_paced_run_is_due_when_its_tokens_are() -> None:
     cfg = profile("host", plane_rate=12.5e6, planes=2, congestion="fixed",
                   congestion_params={"window": 4 << 20, "pacing_rate": 100e6,
                                      "burst_packets": 64})
-    a = Endpoint(config=cfg, secret=SECRET, accept=False, rng=random.Random(3))
-    b = Endpoint(config=cfg, secret=SECRET, rng=random.Random(4))
-    a.sealed_runs = a.paced_runs = True
-    conn = a.connect("b", 0.0)
-    init = a.runs_to_send(0.0)
-    b.receive_datagrams([d for _p, d, _t in init], RxInfo(0), 0.001, "a")  # type: ignore[misc]
-    b.flush_acks(0.001)
-    a.receive_datagrams([d for _p, d, _t in b.datagrams_to_send(0.001)], RxInfo(0), 0.002, "b")
-    assert conn.is_established
+    a, conn = _established(cfg, paced=True)
     conn.send_message(b"\x05" * 400_000)
     now = 0.003
     first = a.runs_to_send(now)  # the pacer's burst
