@@ -144,9 +144,9 @@ class ConnCore:
         #: Hand out a new-data run as one ``SealedRun`` (True: the I/O layer
         #: sends it in one UDP GSO call) or as its datagrams (False).
         self.sealed_runs = False
-        #: Paced new data waits for a whole spray run's tokens (or for what is
-        #: queued, if less) and leaves as one run (``_output``); False: a
-        #: packet as soon as its tokens are there.
+        #: Paced new data waits for the tokens of a spray run per plane that
+        #: is up (or of what is queued, if less) and leaves as those runs
+        #: (``_output``); False: a packet as soon as its tokens are there.
         self.paced_runs = False
         self._hs_packet: bytes | None = None
         self._hs_deadline: float | None = None
