@@ -288,6 +288,18 @@ class ConnCore:
                 self._planes_up = up
                 self.cc.set_line_rate(self.config.plane_rate * up)
 
+    def _release_bytes(self) -> int:
+        """The bytes the pacer's tokens must cover before new data leaves: a
+        spray run per plane that is up (or what is queued, if less) with
+        ``paced_runs``, one packet otherwise or while resends wait. The send
+        loop gates on it and ``next_timer`` arms for it: the same figure, so
+        a pacing timer finds its release."""
+        size = self.config.payload_size
+        s = self.sender
+        if self.paced_runs and self.paths.spray_run > 1 and not s.retx_queue:
+            return max(size, s.new_bytes_upto(self.paths.spray_run * self._planes_up * size))
+        return size
+
     def _stir(self) -> None:
         """Something reached the connection: the next ``datagrams_to_send``
         looks, and ``next_timer`` is computed afresh."""

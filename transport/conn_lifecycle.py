@@ -132,11 +132,7 @@ class ConnLifecycle(ConnHandshake):
         ):
             # Only a pacing wait is a timer; if we could send now and did not,
             # something else (no usable EV, PSN window) blocks, with its own timer.
-            size = self.config.payload_size
-            if self.paced_runs and self.paths.spray_run > 1 and not s.retx_queue:
-                # a run's tokens (_output)
-                size = max(size, s.new_bytes_upto(self.paths.spray_run * self._planes_up * size))
-            t = self.cc.next_send_time(now=self._now, size=size)
+            t = self.cc.next_send_time(now=self._now, size=self._release_bytes())
             if t > self._now:
                 cands.append(t)
         return min((t for t in cands if t is not None), default=None)

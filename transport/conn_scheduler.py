@@ -69,10 +69,7 @@ class ConnScheduler(ConnDispatch):
         # (or for what is queued, if less), not for the packet or two the
         # tokens hold whenever the host wakes (decision 0045).
         # Retransmissions go a packet at a time, as soon as one fits.
-        run_bytes = size
-        if self.paced_runs and self.paths.spray_run > 1 and not s.retx_queue:
-            run_bytes = max(size, s.new_bytes_upto(self.paths.spray_run * self._planes_up * size))
-        window, tokens, release, rate = cc.send_quota(now=now, size=run_bytes)
+        window, tokens, release, rate = cc.send_quota(now=now, size=self._release_bytes())
         need = min(float(size), release)  # one packet's (the pacer's burst bounds both)
         run_need = release  # what is left of the release under way
         sizes: list[int] = []
