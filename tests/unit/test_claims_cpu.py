@@ -112,6 +112,49 @@ def test_the_sampler_sees_a_saturated_machine_and_stops() -> None:
     assert s is not None and s["saturated"] == 0.5
 
 
+def test_a_process_that_shares_the_cores_waits_for_one() -> None:
+    # Two spinning processes on every CPU beside this one: whatever else
+    # the machine does, this process is runnable while they hold the cores
+    # and its run-queue wait grows.
+    import multiprocessing as mp
+
+    n = os.cpu_count() or 1
+    me = os.getpid()
+    w0 = cpu.wait_seconds(me)
+    assert w0 is not None and w0 >= 0
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_spin, args=(0.6,)) for _ in range(2 * n)]
+    for p in procs:
+        p.start()
+    try:
+        _spin(0.4)
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    w1 = cpu.wait_seconds(me)
+    assert w1 is not None and w1 > w0
+    assert cpu.processes_waits({0: me, 1: 2**22 + 12345}).keys() == {0}  # the gone one left out
+
+
+def test_the_fidelity_table_shows_the_daemons_wait_for_a_core() -> None:
+    from tools.claims import fidelity_report
+
+    runs = [_transfer("incast", "braid", 0.5), _transfer("incast", "braid", 0.6)]
+    for t, w in zip(runs, (0.05, 0.12), strict=True):
+        t["fidelity"] = {"faithful": True, "reasons": [], "cpu_saturated_share": 0.0}
+        t["cpu"]["daemons_wait"] = w  # type: ignore[index]
+    data = {"transfers": runs}
+    by = cpu_by_row(data)
+    assert by[("incast", "braid")]["daemons_wait_max"] == pytest.approx(12.0)
+    tab = fidelity_report.table(data, by)
+    assert tab is not None
+    _title, header, rows = tab
+    col = header.index("a daemon waiting for a core, % of the run, max")
+    assert rows[0][col] == "12"
+
+
 def _spin(seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:

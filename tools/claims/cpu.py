@@ -112,6 +112,29 @@ def process_system_seconds(pid: int) -> float | None:
         return None
 
 
+def wait_seconds(pid: int) -> float | None:
+    """Seconds a live process has spent runnable but waiting for a CPU (its
+    run-queue wait, ``/proc/<pid>/schedstat``'s second field), or None if
+    gone. A host of the testbed is a process sharing the machine's cores
+    with the other hosts and the fabric; on its own hardware it would not
+    wait for one, so this is time the emulation took from it."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def processes_waits(pids: Mapping[int, int]) -> dict[int, float]:
+    """``wait_seconds`` for each key's pid; the gone ones are left out."""
+    out: dict[int, float] = {}
+    for key, pid in pids.items():
+        s = wait_seconds(pid)
+        if s is not None:
+            out[key] = s
+    return out
+
+
 def processes_seconds(pids: Mapping[int, int]) -> dict[int, float]:
     """``process_seconds`` for each key's pid; the gone ones are left out."""
     out: dict[int, float] = {}

@@ -356,9 +356,10 @@ class ClaimsFabric:
                 p.stdin.write(f"go {go}\n".encode())
                 p.stdin.flush()
             sampler = claims_cpu.Sampler().start()
+            pids = {h: d.pid for h, d in self.daemons.items()}
             cpu0 = (claims_cpu.machine(), time.monotonic(),
-                    claims_cpu.processes_seconds({h: d.pid for h, d in self.daemons.items()}),
-                    sampler)
+                    claims_cpu.processes_seconds(pids), sampler,
+                    claims_cpu.processes_waits(pids))
             thread = None
             if steps:
                 thread = threading.Thread(target=_fire, args=(steps, go, fired), daemon=True)
@@ -422,13 +423,15 @@ class ClaimsFabric:
         return gaps
 
     def _cpu_share(self, start: tuple[claims_cpu.Jiffies | None, float, dict[int, float],
-                                      claims_cpu.Sampler],
+                                      claims_cpu.Sampler, dict[int, float]],
                    results: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
         """The run's CPU from go (``start``) to now (tools/claims/cpu.py)."""
-        m0, t0, d0, sampler = start
+        m0, t0, d0, sampler, w0 = start
         samples = sampler.stop()
         wall = time.monotonic() - t0
-        d1 = claims_cpu.processes_seconds({h: d.pid for h, d in self.daemons.items()})
+        pids = {h: d.pid for h, d in self.daemons.items()}
+        d1 = claims_cpu.processes_seconds(pids)
+        w1 = claims_cpu.processes_waits(pids)
         per = {h: max(0.0, d1[h] - d0[h]) for h in d1 if h in d0}
         ws = [float(r["cpu_s"]) for r in results.values() if r.get("cpu_s") is not None]
         out = claims_cpu.run_share(m0, claims_cpu.machine(), wall, os.cpu_count() or 1,
@@ -438,6 +441,13 @@ class ClaimsFabric:
             # Each daemon's share of one core, idle ones included: what a
             # host with nothing to do costs is part of the picture.
             out["daemon_cores"] = {f"h{h}": round(c / wall, 3) for h, c in sorted(per.items())}
+        waits = {h: max(0.0, w1[h] - w0[h]) for h in w1 if h in w0}
+        if out is not None and waits and wall > 0:
+            # How long each daemon was ready to run but waited for a core
+            # (the share of the run): the hosts' CPU contention, which the
+            # machine's busy share does not show (reported, not judged).
+            out["daemon_waits"] = {f"h{h}": round(w / wall, 3) for h, w in sorted(waits.items())}
+            out["daemons_wait"] = max(out["daemon_waits"].values())
         return out
 
     def queue_waits(self) -> dict[int, Any]:

@@ -96,16 +96,18 @@ def table(data: Mapping[str, Any], cpu: Mapping[tuple[str, str], Mapping[str, An
                      {True: "yes", False: "NO", None: "-"}[f["faithful"]],
                      f"{_f(c.get('busy_p50'), 0)} / {_f(c.get('busy_max'), 0)}",
                      "-" if sat is None else f"{sat * 100:.0f}",
-                     _f(c.get("daemons_p50"), 0),
+                     _f(c.get("daemons_p50"), 0), _f(c.get("daemons_wait_max"), 0),
                      _f(f.get("p99_late_ratio")), _f(f.get("max_late_ratio")),
                      _f(f["p99_gap_ratio"]), "; ".join(f["reasons"][:2]) or "-"])
     return ("fidelity and CPU of each row's runs (docs/claims.md, Fidelity: a run is not "
             "faithful with its hosts saturated (>= 95% busy) in > 5% of 100 ms intervals or "
             "a link's p99 lateness > 1 ideal frame time, and no verdict is taken from it; "
             "busy counts the kernel's packet work and any other work on the machine; "
-            "busy-link departure gaps are reported, not judged)",
+            "busy-link departure gaps and the daemons' waits for a core are reported, "
+            "not judged)",
             ["row", "stack", "runs", "faithful", "machine busy % median / max",
              "saturated % of intervals, max", "Braid daemons % median",
+             "a daemon waiting for a core, % of the run, max",
              "p99 lateness / frame time, worst", "max lateness / frame time",
              "p99 busy gap / ideal, worst", "reasons"], rows)
 

@@ -79,7 +79,8 @@ def _row_of(target: str) -> str:
 def cpu_by_row(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (row, stack): the machine's CPU over the runs (tools/claims/cpu.py),
     as percent of all CPUs: busy median and max, steal max, and what the Braid
-    daemons and the workers used (median). Runs without a record are left out
+    daemons and the workers used (median); the most any daemon waited for a
+    core (percent of its run, max). Runs without a record are left out
     (runs from before the record existed)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for t in data.get("transfers", []):
@@ -91,6 +92,7 @@ def cpu_by_row(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
         out[key] = {"runs": len(cs), "busy_p50": _pct(cs, "busy", 50),
                     "busy_max": _pct(cs, "busy", 100), "steal_max": _pct(cs, "steal", 100),
                     "daemons_p50": _pct(cs, "daemons", 50),
+                    "daemons_wait_max": _pct(cs, "daemons_wait", 100),
                     "workers_p50": _pct(cs, "workers", 50),
                     "saturated_p50": _pct(cs, "saturated", 50),
                     "saturated_max": _pct(cs, "saturated", 100)}
