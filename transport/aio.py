@@ -101,6 +101,10 @@ class EndpointIO(DatagramSender):
         # cost more than the packet-exact spacing they would buy).
         endpoint.sealed_runs = batch
         endpoint.paced_runs = batch
+        # Every read drains all the plane sockets before anything is decided
+        # (``_on_readable``, ``_on_timer``): a SACK's losses are inferred once
+        # the read is over, not while other planes' SACKs wait unread.
+        endpoint.read_batches = True
         self.plane_addrs = list(planes)
         self.peers = peers
         self.on_event = on_event

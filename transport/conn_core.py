@@ -9,6 +9,7 @@ goes out, ``_output``).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from congestion import registry as cc_registry
@@ -148,6 +149,13 @@ class ConnCore:
         #: is up (or of what is queued, if less) and leaves as those runs
         #: (``_output``); False: a packet as soon as its tokens are there.
         self.paced_runs = False
+        #: The I/O layer reads every plane's socket to the end before it acts
+        #: (``Endpoint.end_read``): loss inference waits for the end of the
+        #: read (``_on_sack``, ``end_read``); False: after each SACK.
+        self.read_batches = False
+        #: A SACK of this read was taken without loss inference: when the
+        #: newest of them reached the host (-inf: none).
+        self._loss_check_at = -math.inf
         self._hs_packet: bytes | None = None
         self._hs_deadline: float | None = None
         self._hs_tries = 0

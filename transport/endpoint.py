@@ -103,6 +103,9 @@ class Endpoint:
         self._events: deque[tuple[Connection, Event]] = deque()
         #: Connections whose receiver holds a SACK back (``flush_acks``).
         self._ack_pending: dict[int, Connection] = {}
+        #: Connections whose SACKs of this read wait for loss inference
+        #: (``read_batches``, ``end_read``).
+        self._read_pending: dict[int, Connection] = {}
         self.drops: dict[str, int] = {}
         self.accepted = 0
         self.initiated = 0
@@ -124,6 +127,11 @@ class Endpoint:
         #: set by an I/O layer for which a wakeup and a send cost more than
         #: packet-exact spacing buys. Off (the simulator), packet by packet.
         self.paced_runs = False
+        #: The I/O layer reads every plane's socket to the end before it acts
+        #: (``Connection.read_batches``): loss inference runs once per read
+        #: (``end_read``) instead of after each SACK. Off (the simulator, a
+        #: datagram at a time), after each SACK.
+        self.read_batches = False
 
     # -- bookkeeping -------------------------------------------------------------
 
@@ -165,6 +173,7 @@ class Endpoint:
         conn.host_share = self.host_share
         conn.sealed_runs = self.sealed_runs
         conn.paced_runs = self.paced_runs
+        conn.read_batches = self.read_batches
         self.connections[cid] = conn
         self._peer[cid] = peer
         self.initiated += 1
@@ -251,6 +260,7 @@ class Endpoint:
         conn.host_share = self.host_share
         conn.sealed_runs = self.sealed_runs
         conn.paced_runs = self.paced_runs
+        conn.read_batches = self.read_batches
         self.connections[lcid] = conn
         self._peer[lcid] = peer
         self._init_nonce[init.nonce] = lcid
@@ -304,8 +314,20 @@ class Endpoint:
                 best = t
         return best
 
+    def end_read(self, now: float) -> None:
+        """The input has been read to the end (every plane's socket): the
+        connections that took SACKs infer their losses now (``read_batches``).
+        The timer and output passes call it first, so an I/O layer that
+        does not still has them inferred before anything leaves."""
+        pending, self._read_pending = self._read_pending, {}
+        for conn in pending.values():
+            conn.end_read(now)
+            self._collect(conn)
+
     def handle_timer(self, now: float) -> None:
         """Run every connection's due timers."""
+        if self._read_pending:
+            self.end_read(now)
         for conn in list(self.connections.values()):
             t = conn.next_timer()
             if t is not None and t <= now:
@@ -314,6 +336,8 @@ class Endpoint:
 
     def datagrams_to_send(self, now: float) -> list[tuple[PeerKey, bytes, TxPath]]:
         """What every connection has due, one datagram per item."""
+        if self._read_pending:
+            self.end_read(now)
         out, self._stateless = self._stateless, []
         for cid, conn in self.connections.items():
             batch = conn.datagrams_to_send(now)
@@ -327,6 +351,8 @@ class Endpoint:
         """``datagrams_to_send`` with new-data runs whole (``SealedRun``)
         when ``sealed_runs`` is set: for an I/O layer that sends a run in
         one UDP GSO call."""
+        if self._read_pending:
+            self.end_read(now)
         out: list[tuple[PeerKey, Outgoing, TxPath]] = []
         out += self._stateless
         self._stateless = []
@@ -346,13 +372,19 @@ class Endpoint:
         pass what it must)."""
         while (ev := conn.next_event()) is not None:
             self._events.append((conn, ev))
-        if received and conn.ack_pending():
-            self._ack_pending[conn.local_cid] = conn
+        if received:
+            if conn.ack_pending():
+                self._ack_pending[conn.local_cid] = conn
+            if conn.loss_check_pending:
+                self._read_pending[conn.local_cid] = conn
 
     def flush_acks(self, now: float) -> None:
         """Every SACK held back by the ACK delay goes out now (``Connection.
         flush_ack``): call when the input has been read to the end. The
-        connections are the ones that received DATA since the last flush."""
+        connections are the ones that received DATA since the last flush.
+        The read is over: the SACKs' losses are inferred first (``end_read``)."""
+        if self._read_pending:
+            self.end_read(now)
         pending, self._ack_pending = self._ack_pending, {}
         for cid, conn in pending.items():
             conn.flush_ack(now)
@@ -371,6 +403,7 @@ class Endpoint:
             if self.host_share is not None:
                 self.host_share.note(conn, False)
             self._ack_pending.pop(conn.local_cid, None)
+            self._read_pending.pop(conn.local_cid, None)
             del self.connections[conn.local_cid]
             del self._peer[conn.local_cid]
         return gone

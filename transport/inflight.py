@@ -312,9 +312,12 @@ class InflightTable(LossDetection):
         self._peer_hold = hold
         self.ack_delay = max(self._ack_delay_floor, hold)
 
-    def on_sack(self, sack: Sack, *, now: float, now_us: int, lag: float = 0.0) -> AckResult:
+    def on_sack(self, sack: Sack, *, now: float, now_us: int, lag: float = 0.0,
+                detect: bool = True) -> AckResult:
         """What ``sack`` says. ``now_us``: when it reached this host (the
-        echo's clock); ``lag``: how long before ``now`` that was (RxInfo)."""
+        echo's clock); ``lag``: how long before ``now`` that was (RxInfo).
+        ``detect`` False: no loss inference here (``res.lost`` stays empty;
+        the caller runs ``detect_losses`` once the read is done)."""
         res = AckResult()
         self._ack_now = now
         inflight = self.inflight
@@ -442,5 +445,6 @@ class InflightTable(LossDetection):
             self.consecutive_rtos = 0
             self._tlps = 0
             self.probes_due = 0
-        res.lost = self.detect_losses(now)
+        if detect:
+            res.lost = self.detect_losses(now)
         return res

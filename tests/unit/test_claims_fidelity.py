@@ -58,6 +58,20 @@ def test_saturated_hosts_make_a_run_unfaithful() -> None:
     assert f["reasons"] == ["hosts saturated in 30% of 100 ms intervals (limit 5%)"]
 
 
+def test_a_run_the_hypervisor_took_cpu_from_is_unfaithful() -> None:
+    # No interval saturated, but the hypervisor took 17% of the CPUs: it
+    # pauses whole vCPUs, hosts and links alike.
+    a = claims_cpu.Jiffies(busy=0, steal=0, total=0)
+    for steal, faithful in ((34, False), (2, True)):
+        b = claims_cpu.Jiffies(busy=100, steal=steal, total=200)
+        f = fd.judge(claims_cpu.run_share(a, b, 10.0, 2, None, None, [0.7] * 100), None)
+        assert f["faithful"] is faithful, steal
+    assert f["cpu"]["steal"] == 0.01
+    b = claims_cpu.Jiffies(busy=100, steal=34, total=200)
+    f = fd.judge(claims_cpu.run_share(a, b, 10.0, 2, None, None, [0.7] * 100), None)
+    assert f["reasons"] == ["the hypervisor took 17% of the CPUs (steal; limit 2%)"]
+
+
 def test_an_unfaithful_run_says_who_used_the_machine() -> None:
     a = claims_cpu.Jiffies(busy=0, steal=0, total=0)
     b = claims_cpu.Jiffies(busy=190, steal=0, total=200)

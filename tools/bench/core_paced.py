@@ -70,10 +70,11 @@ def run_one(*, rate_bps: float = 100e6, planes: int = 2, pass_us: float = 100.0,
     cfg = profile("host", plane_rate=rate, planes=planes)
     a = Endpoint(config=cfg, secret=_SECRET, accept=False)
     b = Endpoint(config=cfg, secret=_SECRET)
-    # As EndpointIO asks: a new-data run handed out whole, one GSO send, and
-    # paced a run at a time.
+    # As EndpointIO asks: a new-data run handed out whole, one GSO send,
+    # paced a run at a time, and losses inferred once per read.
     a.sealed_runs = b.sealed_runs = True
     a.paced_runs = b.paced_runs = True
+    a.read_batches = b.read_batches = True
     ab = [_Link(rate, delay_us * 1e-6) for _ in range(planes)]
     ba = [_Link(rate, delay_us * 1e-6) for _ in range(planes)]
     sa, sb = _Side(a, ba, "b"), _Side(b, ab, "a")
