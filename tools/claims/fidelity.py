@@ -55,7 +55,7 @@ SATURATED_SHARE_MAX = 0.05
 #: over the run (steal): it pauses a whole vCPU, every host, switch and link
 #: on it, for milliseconds at a time, and the hosts then wait for a core
 #: (the tail-drop row's fault-free bins: 98.4-99.5% at steal <= 0.8%,
-#: 94.8-97.1% at 1.8-5.3%, 53-76% at 17-28%, with the machine 45-65% busy
+#: 94.8-97.1% at 1.8-5.3%, 53-78% at 17-28%, with the machine 45-65% busy
 #: and no interval saturated; decision 0048).
 STEAL_SHARE_MAX = 0.02
 #: ... or with a link's p99 lateness (how far the real link was behind the
