@@ -69,7 +69,7 @@ def test_a_run_the_hypervisor_took_cpu_from_is_unfaithful() -> None:
     assert f["cpu"]["steal"] == 0.01
     b = claims_cpu.Jiffies(busy=100, steal=34, total=200)
     f = fd.judge(claims_cpu.run_share(a, b, 10.0, 2, None, None, [0.7] * 100), None)
-    assert f["reasons"] == ["the hypervisor took 17% of the CPUs (steal; limit 2%)"]
+    assert f["reasons"] == ["the hypervisor took 17.0% of the CPUs (steal; limit 2%)"]
 
 
 def test_an_unfaithful_run_says_who_used_the_machine() -> None:

@@ -102,7 +102,7 @@ def judge(cpu: Mapping[str, Any] | None, gaps: Mapping[str, Any] | None,
                        f"(limit {SATURATED_SHARE_MAX * 100:.0f}%)")
     steal = None if not cpu else cpu.get("steal")
     if steal is not None and steal > STEAL_SHARE_MAX:
-        reasons.append(f"the hypervisor took {steal * 100:.0f}% of the CPUs (steal; "
+        reasons.append(f"the hypervisor took {steal * 100:.1f}% of the CPUs (steal; "
                        f"limit {STEAL_SHARE_MAX * 100:.0f}%)")
     lates = {p: g["late"] for p, g in (gaps or {}).items()
              if g.get("late") and g["late"].get("frames", 0) >= MIN_LATE_FRAMES
