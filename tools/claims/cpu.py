@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,24 +125,24 @@ def wait_seconds(pid: int) -> float | None:
         return None
 
 
-def processes_waits(pids: Mapping[int, int]) -> dict[int, float]:
-    """``wait_seconds`` for each key's pid; the gone ones are left out."""
+def _per_pid(pids: Mapping[int, int], read: Callable[[int], float | None]) -> dict[int, float]:
+    """``read`` for each key's pid; the gone ones are left out."""
     out: dict[int, float] = {}
     for key, pid in pids.items():
-        s = wait_seconds(pid)
+        s = read(pid)
         if s is not None:
             out[key] = s
     return out
+
+
+def processes_waits(pids: Mapping[int, int]) -> dict[int, float]:
+    """``wait_seconds`` for each key's pid; the gone ones are left out."""
+    return _per_pid(pids, wait_seconds)
 
 
 def processes_seconds(pids: Mapping[int, int]) -> dict[int, float]:
     """``process_seconds`` for each key's pid; the gone ones are left out."""
-    out: dict[int, float] = {}
-    for key, pid in pids.items():
-        s = process_seconds(pid)
-        if s is not None:
-            out[key] = s
-    return out
+    return _per_pid(pids, process_seconds)
 
 
 #: An interval counts as saturated at this share of all CPUs busy.

@@ -100,8 +100,9 @@ def table(data: Mapping[str, Any], cpu: Mapping[tuple[str, str], Mapping[str, An
                      _f(f.get("p99_late_ratio")), _f(f.get("max_late_ratio")),
                      _f(f["p99_gap_ratio"]), "; ".join(f["reasons"][:2]) or "-"])
     return ("fidelity and CPU of each row's runs (docs/claims.md, Fidelity: a run is not "
-            "faithful with its hosts saturated (>= 95% busy) in > 5% of 100 ms intervals or "
-            "a link's p99 lateness > 1 ideal frame time, and no verdict is taken from it; "
+            "faithful with its hosts saturated (>= 95% busy) in > 5% of 100 ms intervals, "
+            "the hypervisor taking > 2% of the CPUs (steal) or a link's p99 lateness > 1 "
+            "ideal frame time, and no verdict is taken from it; "
             "busy counts the kernel's packet work and any other work on the machine; "
             "busy-link departure gaps and the daemons' waits for a core are reported, "
             "not judged)",
