@@ -18,6 +18,11 @@ def test_interval_row_and_counter_restart() -> None:
     r = interval_row(a, b)
     assert r["goodput_bps"] == 8_000_000 and r["retransmissions"] == 5
     assert r["plane_share"] == {"0": 0.6, "1": 0.4}
+    # the loss inference's mistakes, counted per interval like the rest
+    a.sender["h0>h1"].update(spurious=4, parks=1)
+    b.sender["h0>h1"].update(spurious=9, parks=3)
+    r = interval_row(a, b)
+    assert r["spurious_losses"] == 5 and r["plane_parks"] == 2
     # the peer restarted: counters start again from 0; never a negative count
     c = _s(2.0, 1_500_000, 3, {"0": 20, "1": 20})
     r2 = interval_row(b, c)

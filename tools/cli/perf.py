@@ -4,7 +4,8 @@ Starts a daemon on each host that has none (``testbed/daemons.py``; stopped
 again at the end), sends ``--size`` bytes or for ``--time`` seconds, prints one
 line per interval (goodput, retransmissions, RTOs, per-plane share) and a
 summary with the worst interval and the longest delivery gap next to the
-median, and exits 0 only if every byte arrived and matched. ``--timeline``
+median (and the loss inference's spurious losses and plane parks), and exits
+0 only if every byte arrived and matched. ``--timeline``
 runs a fault timeline during the transfer. ``--inproc`` runs no daemons: each
 host's endpoint lives in a worker process in its namespace (``braid.open``).
 The summary also gives the CPU seconds of every Braid process of the run
@@ -34,7 +35,8 @@ def register(subparsers: Any) -> None:
         "daemon on each host that has none (stopped again at the end), sends --size bytes "
         "or for --time seconds, prints one line per interval (goodput, retransmissions, "
         "RTOs, trims, per-plane share) and a summary with the worst interval and the "
-        "longest delivery gap next to the medians, and exits 0 only if every byte arrived "
+        "longest delivery gap next to the medians (and the loss inference's spurious "
+        "losses and plane parks), and exits 0 only if every byte arrived "
         "intact (1 otherwise). --timeline runs faults during it. See docs/testbed.md.")
     p.add_argument("src", help="sending host, e.g. h0")
     p.add_argument("dst", help="receiving host, e.g. h3 (or several: h1,h2,h3)")
@@ -269,6 +271,10 @@ def run(a: argparse.Namespace) -> int:
             f"{iv['min'] / 1e6:.1f} Mbit/s{worst}; delivery gap: median "
             f"{gap['median'] * 1e3:.1f} ms, max {gap['max'] * 1e3:.0f} ms "
             f"(at {gap['max_at']:.2f} s)")
+        # Braid's loss inference, judged by its own later evidence: on a
+        # fault-free fabric both should stay near 0 (docs/daemon.md, I/O adapter).
+        say(f"  loss inference: {res['spurious_losses']} spurious losses (declared lost, "
+            f"then acknowledged), planes parked {res['plane_parks']} times")
         per_gb = res["cpu_s_per_GB"]
         say(f"  CPU: {res['cpu_s_total']:.1f} s in Braid processes ("
             + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()) + ")"

@@ -89,6 +89,10 @@ def _conn_counters(stats: dict[str, Any], peer: str) -> dict[str, Any]:
             return {"retransmissions": s.get("retransmissions", 0), "rtos": s.get("rtos", 0),
                     "trims": s.get("trims_fabric", 0) + s.get("trims_last_hop", 0),
                     "nacks": s.get("nacks_received", 0), "state": s.get("state"),
+                    # The loss inference's mistakes: what it declared lost and
+                    # then saw acknowledged, and the planes it parked.
+                    "spurious": s.get("spurious_losses", 0),
+                    "parks": sum(int(p.get("parks", 0)) for p in c["paths"].get("planes") or []),
                     "planes": {str(p["plane"]): p.get("sent", 0)
                                for p in c["paths"].get("planes") or []}}
     return {}
@@ -548,19 +552,21 @@ def _delta(before: int, after: int) -> int:
 def interval_row(a: Sample, b: Sample) -> dict[str, Any]:
     dt = max(b.t - a.t, 1e-9)
     byts = b.delivered - a.delivered
-    retx = rtos = trims = 0
+    retx = rtos = trims = spurious = parks = 0
     planes: dict[str, int] = {}
     for key, cb in b.sender.items():
         ca = a.sender.get(key, {})
         retx += _delta(ca.get("retransmissions", 0), cb.get("retransmissions", 0))
         rtos += _delta(ca.get("rtos", 0), cb.get("rtos", 0))
         trims += _delta(ca.get("trims", 0), cb.get("trims", 0))
+        spurious += _delta(ca.get("spurious", 0), cb.get("spurious", 0))
+        parks += _delta(ca.get("parks", 0), cb.get("parks", 0))
         for p, v in cb.get("planes", {}).items():
             planes[p] = planes.get(p, 0) + _delta(ca.get("planes", {}).get(p, 0), v)
     tot = sum(planes.values())
     return {"start": round(a.t, 3), "end": round(b.t, 3), "bytes": byts,
             "goodput_bps": round(byts * 8 / dt), "retransmissions": retx, "rtos": rtos,
-            "trims": trims,
+            "trims": trims, "spurious_losses": spurious, "plane_parks": parks,
             "plane_share": {p: round(v / tot, 4) if tot else 0.0
                             for p, v in sorted(planes.items(), key=lambda kv: int(kv[0]))}}
 
@@ -594,6 +600,8 @@ def summary(perf: Perf) -> dict[str, Any]:
             "max": round(max_gap[0], 4), "max_at": round(max_gap[1], 3)},
         "retransmissions": total.get("retransmissions", 0), "rtos": total.get("rtos", 0),
         "trims": total.get("trims", 0), "plane_share": total.get("plane_share", {}),
+        "spurious_losses": total.get("spurious_losses", 0),
+        "plane_parks": total.get("plane_parks", 0),
         "complete": perf.failure is None and all(s["complete"] for s in streams),
         "verified": perf.failure is None and all(s["verified"] for s in streams),
         "failure": perf.failure, "streams": streams, "intervals": rows,
